@@ -1,0 +1,2 @@
+class ProfileError(ValueError):
+    """A profile that cannot work; the message says what to change."""

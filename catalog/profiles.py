@@ -1,0 +1,263 @@
+"""Serving profiles: hardware + model + server settings, validated when built."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from catalog.errors import ProfileError
+from catalog.fleet import FleetSettings
+from catalog.hardware import GIB, HARDWARE, Architecture, Hardware
+from catalog.images import IMAGE_TARGETS, ImageTarget
+from catalog.models import GEMMA3_270M, MODELS, QWEN36_27B_MTP, QWEN36_35B_A3B, ModelArtifact
+from catalog.server import ALL_LAYERS, ServerSettings, Speculative
+
+GPU_COMPUTE_RESERVE_GIB = 1.5  # CUDA context and compute buffers beside weights and KV cache
+
+
+@dataclass(frozen=True)
+class ServingProfile:
+    name: str
+    stack_name: str
+    hardware: Hardware
+    model: ModelArtifact
+    server: ServerSettings
+    image: ImageTarget
+    fleet: FleetSettings = field(default_factory=FleetSettings)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def threads(self) -> int:
+        return self.server.threads or self.hardware.physical_cores
+
+    @property
+    def mtp(self) -> bool:
+        return self.server.speculative is not None
+
+    @property
+    def root_volume_gib(self) -> int:
+        return math.ceil(self.model.size_bytes / GIB) + self.fleet.image_headroom_gib
+
+    def memory_plan(self) -> dict[str, float]:
+        """GiB needed where the weights live (host RAM or GPU memory)."""
+        m, s = self.model, self.server
+        return {
+            "weights": m.size_bytes / GIB,
+            "kv_cache": m.kv_bytes_per_token * s.ctx_total / GIB,
+            "recurrent_state": m.recurrent_state_bytes_per_slot * s.parallel / GIB,
+            "prompt_cache": s.cache_ram_mib / 1024,
+            "reserve": GPU_COMPUTE_RESERVE_GIB if self.on_gpu else self.hardware.host_reserve_gib,
+        }
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.server.gpu_layers > 0
+
+    def with_server(self, **changes: Any) -> ServingProfile:
+        return replace(self, server=replace(self.server, **changes))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServingProfile:
+        d = json.loads(text)
+        hw = d["hardware"]
+        hw["architecture"] = Architecture(hw["architecture"])
+        img = d["image"]
+        img["architecture"] = Architecture(img["architecture"])
+        srv = d["server"]
+        if srv["speculative"] is not None:
+            srv["speculative"] = Speculative(**srv["speculative"])
+        return cls(
+            name=d["name"],
+            stack_name=d["stack_name"],
+            hardware=Hardware(**hw),
+            model=ModelArtifact(**d["model"]),
+            server=ServerSettings(**srv),
+            image=ImageTarget(**img),
+            fleet=FleetSettings(**d["fleet"]),
+            description=d["description"],
+        )
+
+
+def build_profile(
+    *,
+    name: str,
+    stack_name: str,
+    instance_type: str,
+    model: str,
+    server: ServerSettings,
+    image: str,
+    fleet: FleetSettings | None = None,
+    description: str = "",
+) -> ServingProfile:
+    """Build a profile from names, failing with what to change when a name is unknown."""
+    hw = _lookup(HARDWARE, instance_type, "instance type")
+    artifact = _lookup(MODELS, model, "model")
+    target = _lookup(IMAGE_TARGETS, image, "image target")
+    return ServingProfile(
+        name=name,
+        stack_name=stack_name,
+        hardware=hw,
+        model=artifact,
+        server=server,
+        image=target,
+        fleet=fleet or FleetSettings(),
+        description=description,
+    )
+
+
+def _lookup(table: dict[str, Any], key: str, what: str) -> Any:
+    if key not in table:
+        raise ProfileError(f"unknown {what} {key!r}: use one of {', '.join(sorted(table))} (catalog/)")
+    return table[key]
+
+
+def _validate(p: ServingProfile) -> None:
+    hw, s, m = p.hardware, p.server, p.model
+    where = f"profile {p.name!r}"
+    if p.image.architecture != hw.architecture:
+        raise ProfileError(
+            f"{where}: image {p.image.name!r} is {p.image.architecture.value} but {hw.instance_type} is "
+            f"{hw.architecture.value}; pick an image target built for {hw.architecture.value}"
+        )
+    if p.image.accelerator == "cuda" and not hw.has_gpu:
+        raise ProfileError(f"{where}: image 'cuda' needs a GPU instance; {hw.instance_type} has none")
+    if s.gpu_layers > 0 and not hw.has_gpu:
+        raise ProfileError(f"{where}: gpu_layers={s.gpu_layers} on {hw.instance_type}, which has no GPU; set 0")
+    if s.speculative is not None:
+        if not m.has_mtp_layers:
+            raise ProfileError(
+                f"{where}: MTP is on but {m.file} has no MTP layers ({m.gguf_architecture}.nextn_predict_layers "
+                "is 0); use an MTP GGUF (an *-MTP-GGUF repo) or set speculative=None"
+            )
+        if s.parallel != 1:
+            raise ProfileError(f"{where}: MTP with parallel={s.parallel} loses draft acceptance; use parallel=1")
+        if not 1 <= s.speculative.draft_n_max <= 8:
+            raise ProfileError(f"{where}: draft_n_max must be 1-8 (the report found 2 best)")
+    if s.ctx_per_slot < 512 or s.parallel < 1:
+        raise ProfileError(f"{where}: ctx_per_slot must be at least 512 and parallel at least 1")
+    if s.threads is not None and not 1 <= s.threads <= hw.vcpus:
+        raise ProfileError(f"{where}: threads={s.threads} but {hw.instance_type} has {hw.vcpus} vCPUs")
+    if p.fleet.min_capacity > p.fleet.max_capacity:
+        raise ProfileError(f"{where}: min_capacity {p.fleet.min_capacity} > max_capacity {p.fleet.max_capacity}")
+    _check_memory(p)
+
+
+def _check_memory(p: ServingProfile) -> None:
+    plan = p.memory_plan()
+    if p.on_gpu:
+        device_need = plan["weights"] + plan["kv_cache"] + plan["recurrent_state"] + plan["reserve"]
+        capacity, where = p.hardware.gpu_memory_gib, f"{p.hardware.gpu} memory"
+        host_need = plan["prompt_cache"] + p.hardware.host_reserve_gib
+        if host_need > p.hardware.memory_gib:
+            raise ProfileError(
+                f"profile {p.name!r}: prompt cache {plan['prompt_cache']:.1f} GiB does not fit "
+                f"{p.hardware.memory_gib} GiB of host RAM; lower cache_ram_mib"
+            )
+    else:
+        device_need = sum(plan.values())
+        capacity, where = p.hardware.memory_gib, "RAM"
+    if device_need > capacity:
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in plan.items() if k != "prompt_cache" or not p.on_gpu)
+        raise ProfileError(
+            f"profile {p.name!r}: {p.model.name} needs {device_need:.1f} GiB ({parts}) but "
+            f"{p.hardware.instance_type} has {capacity:.1f} GiB of {where}; pick a larger instance, a smaller "
+            "model or quantization, or lower ctx_per_slot / parallel / cache_ram_mib"
+        )
+
+
+_CPU_PRODUCTION = ServerSettings(ctx_per_slot=32768, parallel=2, cache_ram_mib=4096)
+
+PROFILES: dict[str, ServingProfile] = {
+    p.name: p
+    for p in (
+        build_profile(
+            name="graviton-moe",
+            stack_name="GravitonMoeStack",
+            instance_type="c8g.4xlarge",
+            model=QWEN36_35B_A3B.name,
+            server=_CPU_PRODUCTION,
+            image="arm64-cpu",
+            description="Graviton4 + Qwen3.6-35B-A3B MoE, MTP off: best cost per token (39.34 tok/s, ¥7.41/M)",
+        ),
+        build_profile(
+            name="intel-moe",
+            stack_name="IntelMoeStack",
+            instance_type="c8i.4xlarge",
+            model=QWEN36_35B_A3B.name,
+            server=_CPU_PRODUCTION,
+            image="x86-64-cpu",
+            description="Intel Xeon + Qwen3.6-35B-A3B MoE, MTP off (16.81 tok/s, ¥25.32/M)",
+        ),
+        build_profile(
+            name="gpu-mtp",
+            stack_name="GpuMtpStack",
+            instance_type="g5.xlarge",
+            model=QWEN36_27B_MTP.name,
+            server=ServerSettings(
+                ctx_per_slot=32768,
+                parallel=1,
+                threads=4,
+                gpu_layers=ALL_LAYERS,
+                speculative=Speculative(spec_type="draft-mtp", draft_n_max=2),
+                cache_ram_mib=4096,
+            ),
+            image="cuda",
+            description="A10G + Qwen3.6-27B dense, MTP on: fastest single stream (47.89 tok/s, ¥22.98/M)",
+        ),
+    )
+}
+
+
+def profile_by_stack(stack_name: str) -> ServingProfile:
+    for p in PROFILES.values():
+        if p.stack_name == stack_name:
+            return p
+    raise ProfileError(f"no profile for stack {stack_name!r}: use one of {[p.stack_name for p in PROFILES.values()]}")
+
+
+def local_profile(base: str = "graviton-moe", *, model: ModelArtifact = GEMMA3_270M, port: int = 8080) -> ServingProfile:
+    """The base profile's server settings scaled to this machine, serving a small model (the embedded default)."""
+    cores = os.cpu_count() or 1
+    arch = Architecture.ARM64 if platform.machine() in ("aarch64", "arm64") else Architecture.X86_64
+    hw = Hardware(
+        instance_type="local",
+        architecture=arch,
+        vcpus=cores,
+        physical_cores=cores,
+        memory_gib=_host_memory_gib(),
+        cpu=platform.processor() or platform.machine(),
+        ami_ssm_parameter="",
+        host_reserve_gib=1.0,
+    )
+    src = PROFILES[base]
+    server = replace(src.server, ctx_per_slot=4096, threads=None, cache_ram_mib=256, host="127.0.0.1", port=port)
+    image = next(t for t in IMAGE_TARGETS.values() if t.architecture == arch and t.accelerator is None)
+    return ServingProfile(
+        name=f"local-{base}",
+        stack_name="",
+        hardware=hw,
+        model=model,
+        server=server,
+        image=image,
+        fleet=FleetSettings(min_capacity=1, max_capacity=1),
+        description=f"{src.name} settings on this machine with {model.name}",
+    )
+
+
+def _host_memory_gib() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+        return kib / 1024 / 1024
+    except (OSError, StopIteration, ValueError):
+        return 8.0

@@ -1,0 +1,57 @@
+"""llama-server settings and the one function that turns them into command-line flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from catalog.profiles import ServingProfile
+
+ALL_LAYERS = 999  # -ngl value meaning "every layer on the GPU"
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Self-speculative decoding with the model's own MTP head."""
+
+    spec_type: str = "draft-mtp"
+    draft_n_max: int = 2  # the report: acceptance falls below 70% above 2, and it gets slower
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    ctx_per_slot: int = 32768  # tokens; always explicit (0 would mean 262144 for Qwen3.6)
+    parallel: int = 1  # slots (-np)
+    threads: int | None = None  # None: one per physical core of the instance
+    gpu_layers: int = 0  # 0 on CPU, ALL_LAYERS on the GPU
+    speculative: Speculative | None = None  # None: MTP off
+    cache_ram_mib: int = 4096  # prompt cache in host RAM; the benchmark runs with 0
+    host: str = "0.0.0.0"
+    port: int = 8080
+    metrics: bool = True  # /metrics (needs the API key) feeds autoscaling and dashboards
+
+    @property
+    def ctx_total(self) -> int:
+        return self.ctx_per_slot * self.parallel
+
+
+def llama_server_args(profile: ServingProfile, model_path: str, *, benchmark: bool = False) -> list[str]:
+    """The llama-server command line for a profile. The API key travels in LLAMA_API_KEY, never in argv."""
+    s = profile.server
+    args = [
+        "--model", model_path,
+        "--alias", profile.model.name,
+        "--host", s.host,
+        "--port", str(s.port),
+        "--ctx-size", str(s.ctx_total),
+        "--parallel", str(s.parallel),
+        "--threads", str(profile.threads),
+        "--n-gpu-layers", str(s.gpu_layers),
+        "--cache-ram", "0" if benchmark else str(s.cache_ram_mib),
+    ]  # fmt: skip
+    if s.metrics:
+        args.append("--metrics")
+    if s.speculative is not None:
+        args += ["--spec-type", s.speculative.spec_type, "--spec-draft-n-max", str(s.speculative.draft_n_max)]
+    return args

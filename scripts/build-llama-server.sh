@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Build a real llama-server from the llama.cpp tree vendored in a pinned PyPI sdist, once, into a cache
+# outside the checkout. Prints the binary's path on stdout. Re-runs reuse the cached binary.
+set -euo pipefail
+
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen36-serve}"
+dest="$cache_root/llama-server-$version-$(uname -m)"
+binary="$dest/bin/llama-server"
+python="${PYTHON:-python3}"
+
+if [[ -x "$binary" ]] && "$binary" --version >/dev/null 2>&1; then
+  echo "$binary"
+  exit 0
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+echo "building llama-server from llama-cpp-python==$version (first run only, 5-10 min on 2 cores)" >&2
+"$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
+tar -xzf "$work"/llama_cpp_python-"$version".tar.gz -C "$work"
+src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >&2
+cmake --build "$work/build" --target llama-server -j "$(nproc)" >&2
+mkdir -p "$dest.tmp/bin"
+cp "$work/build/bin/llama-server" "$dest.tmp/bin/"
+rm -rf "$dest"
+mv "$dest.tmp" "$dest"
+"$binary" --version >&2
+echo "$binary"

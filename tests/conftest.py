@@ -42,3 +42,45 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "qwen36-serve" / "models"
     return gemma.assemble(cache / gemma.MODEL_NAME)
+
+
+@pytest.fixture(scope="session")
+def local_server(llama_server_binary: Path, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A real llama-server on loopback with the local profile's settings and an API key; yields (url, key)."""
+    import secrets
+    import socket
+    import time
+    import urllib.request
+
+    from catalog import llama_server_args, local_profile
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    profile = local_profile(port=port)
+    key = secrets.token_urlsafe(24)
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(llama_server_binary), *llama_server_args(profile, str(gemma_gguf))],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "LLAMA_API_KEY": key},
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        raise RuntimeError(f"llama-server not healthy in 120 s:\n{log.read_text()[-3000:]}")
+    yield url, key
+    proc.terminate()
+    proc.wait(timeout=30)

@@ -1,0 +1,108 @@
+"""`python -m launcher serve|fetch|health`: the container's entry point."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from catalog import ProfileError, ServingProfile
+from launcher.preflight import EX_CONFIG, LaunchRefused, check_model
+from launcher.serve import describe, exec_server, resolve_binary, server_command, server_environment
+
+DEFAULT_PROFILE = "/etc/qwen36/profile.json"
+DEFAULT_MODEL_DIR = "/models"
+DEFAULT_ENDPOINT = "https://modelscope.cn"
+
+
+def load_profile(path: str) -> ServingProfile:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise LaunchRefused(f"cannot read the profile {path}: {e.strerror}") from e
+    try:
+        return ServingProfile.from_json(text)
+    except ProfileError as e:
+        raise LaunchRefused(f"profile {path} is invalid: {e}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise LaunchRefused(f"profile {path} is not a serving profile written by catalog ({e!r})") from e
+
+
+def serve(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    model_path = check_model(profile, args.model_dir)
+    binary = resolve_binary(args.llama_server)
+    env, dropped = server_environment(os.environ, require_api_key=not args.no_api_key)
+    if dropped:
+        print(f"launcher: ignoring inherited {', '.join(dropped)} (the profile sets every flag)", flush=True)
+    command = server_command(profile, model_path, binary, benchmark=args.benchmark)
+    print(describe(profile, command), flush=True)
+    exec_server(command, env)
+    return 0  # not reached
+
+
+def fetch(args: argparse.Namespace) -> int:
+    import modelfetch  # urllib3 and boto3 load only when fetching
+
+    profile = load_profile(args.profile)
+    path = modelfetch.fetch_model(
+        profile.model,
+        Path(args.model_dir),
+        endpoint=args.endpoint,
+        s3_cache=args.s3_cache,
+        connections=args.connections,
+    )
+    print(f"launcher: model ready at {path}", flush=True)
+    return 0
+
+
+def health(args: argparse.Namespace) -> int:
+    port = 8080  # the health check must not fail on a profile it cannot read
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        port = json.loads(Path(args.profile).read_text())["server"]["port"]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=args.timeout) as r:  # noqa: S310
+            return 0 if r.status == 200 else 1
+    except (OSError, urllib.error.URLError):
+        return 1
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m launcher", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="check the model against the profile, then exec llama-server")
+    s.add_argument("--profile", default=DEFAULT_PROFILE, help=f"profile JSON (default {DEFAULT_PROFILE})")
+    s.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help=f"where the GGUF is (default {DEFAULT_MODEL_DIR})")
+    s.add_argument("--benchmark", action="store_true", help="benchmark settings: prompt cache off")
+    s.add_argument("--llama-server", help="llama-server binary (default /usr/local/bin/llama-server, then PATH)")
+    s.add_argument("--no-api-key", action="store_true", help="allow serving without LLAMA_API_KEY (local dev)")
+    s.set_defaults(func=serve)
+
+    f = sub.add_parser("fetch", help="download and verify the profile's GGUF (S3 cache first, then ModelScope)")
+    f.add_argument("--profile", default=DEFAULT_PROFILE)
+    f.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
+    f.add_argument("--s3-cache", help="s3://bucket/prefix of the in-region model cache")
+    f.add_argument("--endpoint", default=os.environ.get("MODELSCOPE_ENDPOINT", DEFAULT_ENDPOINT))
+    f.add_argument("--connections", type=int, default=8, help="parallel ranged connections (default 8)")
+    f.set_defaults(func=fetch)
+
+    h = sub.add_parser("health", help="exit 0 when llama-server's /health answers 200 (container HEALTHCHECK)")
+    h.add_argument("--profile", default=DEFAULT_PROFILE)
+    h.add_argument("--timeout", type=float, default=5.0)
+    h.set_defaults(func=health)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except LaunchRefused as e:
+        print(f"launcher: refusing to start: {e}", file=sys.stderr, flush=True)
+        return EX_CONFIG

@@ -1,0 +1,300 @@
+"""`python -m bench run|report|cost|recommend`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import cost, method, recommend, results, runner, tables
+from bench.endpoint import make_client, resolve_api_key, resolve_label, served_model
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+DEFAULT_PROFILE = "local-graviton-moe"
+RESULTS_DIR = Path("results/local")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return value
+
+
+def _utilization(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError("must be in (0, 1], e.g. 0.5 for half the time busy")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="benchmark an OpenAI-compatible llama-server endpoint with the report's method")
+    run.add_argument(
+        "--endpoint", default=DEFAULT_ENDPOINT, help=f"base URL, with or without /v1 (default {DEFAULT_ENDPOINT})"
+    )
+    key = run.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key", help="API key (visible in the process list; prefer LLAMA_API_KEY or --api-key-secret)"
+    )
+    key.add_argument("--api-key-secret", metavar="SECRET_ID", help="read the API key from AWS Secrets Manager")
+    run.add_argument("--region", help="AWS region for --api-key-secret (default: the boto3 configuration)")
+    run.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"catalog profile this endpoint serves, for labelling (default {DEFAULT_PROFILE})",
+    )
+    run.add_argument("--model", help="model id to request (default: the first one the endpoint lists)")
+    run.add_argument("--max-tokens", type=_positive, default=method.MAX_TOKENS)
+    run.add_argument(
+        "--repetitions",
+        type=_positive,
+        default=method.REPETITIONS,
+        help="measured requests (per client with --concurrency)",
+    )
+    run.add_argument("--warmup", type=_non_negative, default=method.WARMUP, help="unmeasured requests first")
+    run.add_argument(
+        "--concurrency",
+        type=_positive,
+        help="N parallel streaming clients (TTFT, ITL, percentiles); default: one request at a time",
+    )
+    run.add_argument("--timeout", type=float, default=method.REQUEST_TIMEOUT_S, help="seconds per request")
+    run.add_argument("-o", "--output", type=Path, help=f"results JSON (default {RESULTS_DIR}/<profile>-<time>.json)")
+
+    rep = sub.add_parser("report", help="the report's tables (Markdown) and charts (PNG) from results files")
+    rep.add_argument("files", nargs="*", type=Path, help="results files (default: the field report's figures)")
+    rep.add_argument("--charts", type=Path, metavar="DIR", help="write PNG charts to DIR")
+    rep.add_argument("-o", "--output", type=Path, help="write the Markdown to a file instead of stdout")
+    rep.add_argument("--utilization", type=_utilization, default=1.0)
+
+    cst = sub.add_parser("cost", help="yuan per million output tokens (the report's section 8)")
+    cst.add_argument("files", nargs="*", type=Path, help="results files (default: the field report's figures)")
+    cst.add_argument("--instance", help="instance type, with --tok-s, instead of results files")
+    cst.add_argument("--tok-s", type=float, help="output tokens per second, with --instance")
+    cst.add_argument("--utilization", type=_utilization, default=1.0, help="busy fraction, 0-1 (default 1.0)")
+    cst.add_argument("--json", action="store_true", help="machine-readable output")
+
+    rec = sub.add_parser("recommend", help="the report's decision tree: which stack to deploy")
+    rec.add_argument(
+        "--gpu-quota",
+        action=argparse.BooleanOptionalAction,
+        help="do you have G5 quota in the region? (omit both to print every branch)",
+    )
+    rec.add_argument(
+        "--priority",
+        choices=recommend.PRIORITIES,
+        default="cost",
+        help="cost: lowest ¥/M tokens; headroom: more concurrency per instance",
+    )
+    rec.add_argument(
+        "--figures",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="results files to decide from (default: the field report's figures)",
+    )
+    rec.add_argument("--utilization", type=_utilization, default=1.0)
+    rec.add_argument("--json", action="store_true")
+    return p
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from openai import __version__ as openai_version
+
+    log = runner.stderr_log
+    label = resolve_label(a.profile)
+    if label.model is None:
+        log(f"note: profile {a.profile!r} is not in the catalog; labelling instance and hardware 'unknown'")
+    client = make_client(
+        a.endpoint, resolve_api_key(api_key=a.api_key, secret_id=a.api_key_secret, region=a.region), timeout=a.timeout
+    )
+    served = a.model or served_model(client)
+    desc = method.describe(
+        max_tokens=a.max_tokens, repetitions=a.repetitions, warmup=a.warmup, concurrency=a.concurrency
+    )
+    started = _now()
+    mode = "one request at a time" if a.concurrency is None else f"{a.concurrency} streaming clients"
+    log(
+        f"benchmarking {served} at {a.endpoint} ({a.profile}): {mode}, max_tokens {a.max_tokens}, "
+        f"{a.warmup} warm-up + {a.repetitions} measured"
+    )
+    if a.concurrency is None:
+        rows = runner.run_sequential(
+            client, served, repetitions=a.repetitions, warmup=a.warmup, max_tokens=a.max_tokens, log=log
+        )
+        summary = runner.summarize_sequential(rows)
+        kind = "sequential"
+        observed_mtp = summary.get("speculative")
+    else:
+        rows, wall = runner.run_concurrent(
+            client,
+            served,
+            concurrency=a.concurrency,
+            repetitions=a.repetitions,
+            warmup=a.warmup,
+            max_tokens=a.max_tokens,
+            log=log,
+        )
+        summary = runner.summarize_concurrent(rows, wall, a.concurrency)
+        kind = "concurrency"
+        observed_mtp = any("draft_n" in r.get("timings", {}) for r in rows)
+    mtp = label.mtp if observed_mtp is None else bool(observed_mtp)
+    if label.mtp is not None and observed_mtp is not None and label.mtp != observed_mtp:
+        log(
+            f"warning: profile {a.profile!r} expects MTP {'on' if label.mtp else 'off'} but the server's timings "
+            f"say {'on' if observed_mtp else 'off'}; recording what the server did"
+        )
+    model = label.model or served
+    doc: dict[str, Any] = {
+        "schema": results.SCHEMA,
+        "kind": kind,
+        "profile": a.profile,
+        "instance_type": label.instance_type,
+        "hardware": label.hardware,
+        "model": model,
+        "moe": results.is_moe(model),
+        "mtp": bool(mtp),
+        "served_model": served,
+        "endpoint": a.endpoint,
+        "started_at": started,
+        "finished_at": _now(),
+        "method": desc,
+        "harness": {"python": platform.python_version(), "openai": openai_version},
+        "runs": rows,
+        "summary": summary,
+    }
+    out = a.output or RESULTS_DIR / f"{a.profile}-{started.replace(':', '').replace('+0000', 'Z')}.json"
+    results.write(doc, out)
+    log(_run_summary_line(kind, summary))
+    log(f"wrote {out}")
+    print(out)
+    return 0
+
+
+def _run_summary_line(kind: str, s: dict[str, Any]) -> str:
+    if kind == "concurrency":
+        return (
+            f"summary: {s['requests']} requests ({s['errors']} failed), aggregate {s['aggregate_tok_s']:.2f} tok/s"
+            + (
+                f", latency P50/P95/P99 {s['latency_s']['p50']:.2f}/{s['latency_s']['p95']:.2f}/"
+                f"{s['latency_s']['p99']:.2f} s"
+                if s["latency_s"]
+                else ""
+            )
+        )
+    line = f"summary: {s['total_time_s']:.2f} s per request, effective {s['effective_tok_s']:.2f} tok/s"
+    if s.get("predicted_per_second"):
+        line += (
+            f", server generation {s['predicted_per_second']:.2f} tok/s, harness overhead "
+            f"{s['harness_overhead_ms']:.1f} ms per request ({s['harness_overhead_pct']:.2f}%)"
+        )
+    if s.get("draft_acceptance") is not None:
+        line += f", draft acceptance {s['draft_acceptance']:.1%}"
+    return line
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    res = results.load(a.files)
+    text = tables.report(res, utilization=a.utilization)
+    if a.charts:
+        from bench import charts
+
+        for path in charts.render_all(res, a.charts, utilization=a.utilization):
+            print(f"wrote {path}", file=sys.stderr)
+    if a.output:
+        a.output.write_text(text, encoding="utf-8")
+        print(f"wrote {a.output}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_cost(a: argparse.Namespace) -> int:
+    if (a.instance is None) != (a.tok_s is None):
+        raise SystemExit("give --instance and --tok-s together")
+    if a.instance:
+        entries = [(a.instance, a.tok_s, "given")]
+    else:
+        res = results.load(a.files)
+        prefix = tables.family_prefix(res)
+        entries = [
+            (m.instance_type, m.effective_tok_s, f"{tables.short_model(m, prefix)}, MTP {tables.on_off(m.mtp)}")
+            for m in tables.best_per_instance(res)
+        ]
+    costs = []
+    for instance, tok_s, config in entries:
+        for c in (cost.ri_cost(instance, tok_s, a.utilization), cost.on_demand_cost(instance, tok_s, a.utilization)):
+            if c is not None:
+                costs.append((config, c))
+    if a.json:
+        print(
+            json.dumps(
+                {"convention": cost.CONVENTION, "costs": [{"configuration": cfg, **asdict(c)} for cfg, c in costs]},
+                indent=2,
+            )
+        )
+        return 0
+    rows = [
+        [
+            c.instance_type,
+            cfg,
+            f"{c.tok_s:.2f}",
+            "1-yr RI all upfront" if c.pricing == "ri-1yr-all-upfront" else "on-demand",
+            cost.money(c.yearly_cny, decimals=0, estimate=c.estimate) if c.yearly_cny else tables.NONE,
+            cost.money(c.monthly_cny, estimate=c.estimate),
+            cost.money(c.cny_per_million, estimate=c.estimate, unit="¥"),
+        ]
+        for cfg, c in costs
+    ]
+    header = ["Instance", "Configuration", "tok/s", "Pricing", "Yearly (¥)", "Monthly (¥)", "¥/M output tokens"]
+    print(tables.markdown(header, rows))
+    print(
+        f"\nUtilization {a.utilization:.0%}. Convention: {cost.CONVENTION}. ~ marks an estimate "
+        "(on-demand prices are not published for Ningxia; the catalog's are estimates)."
+    )
+    return 0
+
+
+def cmd_recommend(a: argparse.Namespace) -> int:
+    figures = results.load(a.figures)
+    if a.gpu_quota is None:
+        if a.json:
+            raise SystemExit("--json needs an answer: --gpu-quota or --no-gpu-quota")
+        print(recommend.render_tree(figures, a.utilization))
+        return 0
+    r = recommend.recommend(gpu_quota=a.gpu_quota, priority=a.priority, figures=figures, utilization=a.utilization)
+    print(json.dumps(asdict(r), indent=2, ensure_ascii=False) if a.json else recommend.render(r))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "report": cmd_report, "cost": cmd_cost, "recommend": cmd_recommend}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from openai import OpenAIError
+
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, OSError, OpenAIError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

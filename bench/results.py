@@ -1,0 +1,127 @@
+"""Results documents: what `run` writes and what `report`, `cost` and `recommend` read.
+
+A results file is either one run document (`schema` SCHEMA, `kind` "sequential" or "concurrency") or a collection
+(`schema` COLLECTION_SCHEMA) holding several documents, like the field report's own figures in data/.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from catalog import MODELS, Hardware
+
+SCHEMA = "qwen36-bench/1"
+COLLECTION_SCHEMA = "qwen36-bench-collection/1"
+FIELD_REPORT = Path(__file__).parent / "data" / "field-report.json"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One configuration measured one request at a time: a row of table 5.1."""
+
+    instance_type: str
+    hardware: str  # short label, e.g. "Graviton4 ARM"
+    model: str
+    moe: bool
+    mtp: bool
+    total_time_s: float  # wall time of one request
+    effective_tok_s: float  # completion tokens / wall time
+    draft_acceptance: float | None  # draft_n_accepted / draft_n, 0..1; None without speculative decoding
+    profile: str | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A throughput the source states without having measured it."""
+
+    instance_type: str
+    model: str
+    mtp: bool
+    tok_s_low: float
+    tok_s_high: float
+    note: str
+
+
+@dataclass
+class Results:
+    measurements: list[Measurement] = field(default_factory=list)
+    concurrency: list[dict[str, Any]] = field(default_factory=list)  # concurrency documents as written
+    published_mtp_change_pct: dict[tuple[str, str], float] = field(default_factory=dict)
+    estimates: list[Estimate] = field(default_factory=list)
+
+    def find(self, *, instance_type: str, model: str, mtp: bool) -> Measurement | None:
+        for m in self.measurements:
+            if (m.instance_type, m.model, m.mtp) == (instance_type, model, mtp):
+                return m
+        return None
+
+    def estimate(self, *, instance_type: str, model: str, mtp: bool) -> Estimate | None:
+        for e in self.estimates:
+            if (e.instance_type, e.model, e.mtp) == (instance_type, model, mtp):
+                return e
+        return None
+
+
+def hardware_label(hw: Hardware) -> str:
+    if hw.gpu:
+        return f"{hw.gpu.removeprefix('NVIDIA ')} GPU"
+    return hw.cpu
+
+
+def is_moe(model: str, fallback: bool = False) -> bool:
+    artifact = MODELS.get(model)
+    return artifact.is_moe if artifact else fallback
+
+
+def load(paths: Iterable[str | Path] = ()) -> Results:
+    """Read results files (the field report's figures when none are given)."""
+    paths = list(paths) or [FIELD_REPORT]
+    out = Results()
+    for path in paths:
+        _add(out, json.loads(Path(path).read_text(encoding="utf-8")), str(path))
+    return out
+
+
+def _add(out: Results, doc: dict[str, Any], where: str) -> None:
+    schema = doc.get("schema")
+    if schema == COLLECTION_SCHEMA:
+        for item in doc.get("results", []):
+            _add_run(out, item, where)
+        for p in doc.get("published_mtp_change_pct", []):
+            out.published_mtp_change_pct[(p["instance_type"], p["model"])] = float(p["value"])
+        out.estimates += [Estimate(**e) for e in doc.get("estimates", [])]
+    elif schema == SCHEMA:
+        _add_run(out, doc, where)
+    else:
+        raise ValueError(f"{where}: not a benchmark results file (schema {schema!r}; expected {SCHEMA!r})")
+
+
+def _add_run(out: Results, doc: dict[str, Any], where: str) -> None:
+    if doc.get("kind") == "concurrency":
+        out.concurrency.append(doc)
+        return
+    s = doc["summary"]
+    out.measurements.append(
+        Measurement(
+            instance_type=doc["instance_type"],
+            hardware=doc["hardware"],
+            model=doc["model"],
+            moe=is_moe(doc["model"], doc.get("moe", False)),
+            mtp=bool(doc["mtp"]),
+            total_time_s=float(s["total_time_s"]),
+            effective_tok_s=float(s["effective_tok_s"]),
+            draft_acceptance=s.get("draft_acceptance"),
+            profile=doc.get("profile"),
+        )
+    )
+
+
+def write(doc: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return path

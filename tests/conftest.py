@@ -45,42 +45,31 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def local_server(llama_server_binary: Path, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
-    """A real llama-server on loopback with the local profile's settings and an API key; yields (url, key)."""
+def serving_process(llama_server_binary: Path, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One real llama-server for the session, started through `python -m launcher serve` with the local profile.
+
+    Yields the launcher's ServerProcess; its `statuses` holds every /health answer seen from process start.
+    """
     import secrets
-    import socket
-    import time
-    import urllib.request
 
-    from catalog import llama_server_args, local_profile
+    from catalog import local_profile
+    from launcher.process import free_port, start_server
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    profile = local_profile(port=port)
-    key = secrets.token_urlsafe(24)
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(llama_server_binary), *llama_server_args(profile, str(gemma_gguf))],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "LLAMA_API_KEY": key},
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        raise RuntimeError(f"llama-server not healthy in 120 s:\n{log.read_text()[-3000:]}")
-    yield url, key
-    proc.terminate()
-    proc.wait(timeout=30)
+    server = start_server(
+        local_profile(port=free_port()),
+        gemma_gguf.parent,
+        binary=llama_server_binary,
+        api_key=secrets.token_urlsafe(24),
+        workdir=tmp_path_factory.mktemp("llama"),
+    )
+    try:
+        server.wait_healthy(timeout=120, interval=0.02)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def local_server(serving_process):
+    """A real llama-server on loopback with the local profile's settings and an API key; yields (url, key)."""
+    return serving_process.url, serving_process.api_key

@@ -1,0 +1,122 @@
+"""`python -m launcher serve`: refuses bad combinations before llama-server starts, and execs it otherwise.
+
+These run the real launcher process against tiny GGUF files and a sentinel binary that records whether it
+was started; the same refusals against the real llama-server are in test_server.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from catalog import PROFILES
+from launcher import EX_CONFIG
+
+GPU = PROFILES["gpu-mtp"]  # qwen35, MTP on: expects Qwen3.6-27B-Q4_K_M.gguf with MTP layers
+GRAVITON = PROFILES["graviton-moe"]  # qwen35moe, MTP off, size and sha256 pinned
+
+
+def _refused(result, sentinel_record, *words: str) -> str:
+    assert result.returncode == EX_CONFIG, result.stderr
+    assert not sentinel_record.exists(), "llama-server was started"
+    assert "refusing to start" in result.stderr
+    for w in words:
+        assert w in result.stderr, result.stderr
+    return result.stderr
+
+
+def test_missing_model_file_is_refused(tmp_path, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    result = run_launcher(GPU, tmp_path / "empty", binary)
+    _refused(result, record, "missing", GPU.model.local_name, "launcher fetch")
+
+
+def test_wrong_architecture_is_refused(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "llama", nextn_predict_layers=1)
+    result = run_launcher(GPU, path.parent, binary)
+    _refused(result, record, "'llama' model", "expects 'qwen35'")
+
+
+def test_mtp_profile_on_a_file_without_mtp_layers_is_refused(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    # the trap from the field: the non-MTP repo ships a file of the same name
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=0)
+    result = run_launcher(GPU, path.parent, binary)
+    _refused(result, record, "no MTP layers", "qwen35.nextn_predict_layers is 0", "MTP-GGUF")
+
+
+def test_mtp_key_absent_counts_as_no_mtp_layers(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=None)
+    _refused(run_launcher(GPU, path.parent, binary), record, "no MTP layers")
+
+
+def test_not_a_gguf_is_refused(tmp_path, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / GPU.model.local_name).write_bytes(b"<html>503 Service Unavailable</html>")
+    _refused(run_launcher(GPU, tmp_path / "m", binary), record, "not a readable GGUF")
+
+
+def test_size_differing_from_the_pinned_artifact_is_refused(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GRAVITON.model.local_name, "qwen35moe", nextn_predict_layers=0)
+    _refused(run_launcher(GRAVITON, path.parent, binary), record, "22,663,387,424 bytes", "fetch again")
+
+
+def test_missing_api_key_is_refused_unless_allowed(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
+    _refused(run_launcher(GPU, path.parent, binary, api_key=None), record, "LLAMA_API_KEY is not set")
+    allowed = run_launcher(GPU, path.parent, binary, api_key=None, no_api_key=True)
+    assert allowed.returncode == 0, allowed.stderr
+    assert record.exists()
+
+
+def test_invalid_profile_json_is_refused(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
+    doc = json.loads(GPU.to_json())
+    doc["model"]["has_mtp_layers"] = False  # the catalog rejects MTP on such a model when the profile loads
+    result = run_launcher(GPU, path.parent, binary, profile_text=json.dumps(doc))
+    _refused(result, record, "is invalid", "no MTP layers")
+
+
+def test_accepted_profile_execs_llama_server_with_catalog_flags(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
+    inherited = {"LLAMA_ARG_SPEC_TYPE": "draft-mtp", "LLAMA_ARG_N_PARALLEL": "4"}
+    result = run_launcher(GPU, path.parent, binary, api_key="s3cret-key", extra_env=inherited)
+    assert result.returncode == 0, result.stderr
+    argv_text, env_text = record.read_text().split("---\n")
+    argv = argv_text.splitlines()
+    assert argv[argv.index("--model") + 1] == str(path)
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "2"
+    assert argv[argv.index("--parallel") + 1] == "1"
+    assert "s3cret-key" not in argv_text  # the key travels only in the environment
+    assert "LLAMA_API_KEY=s3cret-key" in env_text.splitlines()
+    assert "LLAMA_ARG_" not in env_text  # nothing inherited can add settings the profile does not have
+    assert "ignoring inherited LLAMA_ARG_N_PARALLEL, LLAMA_ARG_SPEC_TYPE" in result.stdout
+    assert "starting llama-server for profile 'gpu-mtp'" in result.stdout
+
+
+def test_cpu_profile_passes_no_speculative_flags(make_gguf, sentinel_binary, run_launcher, tmp_path):
+    binary, record = sentinel_binary
+    local = dataclasses.replace(GRAVITON, model=dataclasses.replace(GRAVITON.model, sha256=None))
+    path = make_gguf(local.model.local_name, "qwen35moe", nextn_predict_layers=1)
+    result = run_launcher(local, path.parent, binary, extra_env={"LLAMA_ARG_SPEC_TYPE": "draft-mtp"})
+    assert result.returncode == 0, result.stderr
+    argv_text, env_text = record.read_text().split("---\n")
+    assert "spec" not in argv_text and "SPEC" not in env_text
+
+
+def test_health_subcommand_without_a_server_fails(tmp_path):
+    from launcher.cli import main
+
+    profile = tmp_path / "p.json"
+    doc = json.loads(GPU.to_json())
+    doc["server"]["port"] = 9  # discard: nothing listens
+    profile.write_text(json.dumps(doc))
+    assert main(["health", "--profile", str(profile), "--timeout", "1"]) == 1

@@ -1,0 +1,5 @@
+import sys
+
+from modelfetch.cli import main
+
+sys.exit(main())

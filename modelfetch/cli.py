@@ -1,0 +1,149 @@
+"""python -m modelfetch: fetch one GGUF from the S3 cache or ModelScope, verified and resumable.
+
+  python -m modelfetch --profile /etc/qwen36/profile.json --dest /models --s3-cache s3://bucket/models
+  python -m modelfetch --repo unsloth/Qwen3.6-35B-A3B-MTP-GGUF --file Qwen3.6-35B-A3B-UD-Q4_K_M.gguf \\
+      --revision master --sha256 0b21...58b --size 22663387424 --dest /models
+
+On success it prints one JSON line on stdout: path, size, sha256, source, transfer figures, and the GGUF's
+architecture, nextn_predict_layers and has_mtp_layers. Logs and the progress bar go to stderr.
+
+Exit status: 0 fetched and verified; 1 fetch failed (message on stderr); 2 bad arguments;
+3 the file is not what the profile expects (architecture, or MTP requested but no MTP layers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from modelfetch.errors import FetchError
+from modelfetch.fetch import FileSpec, fetch_file
+from modelfetch.modelscope import DEFAULT_ENDPOINT
+from modelfetch.ranged import MIB
+
+log = logging.getLogger("modelfetch")
+
+EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH = 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m modelfetch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    what = ap.add_argument_group("what to fetch (a profile, or an explicit file)")
+    what.add_argument("--profile", type=Path, help="a serving profile JSON (catalog.ServingProfile.to_json)")
+    what.add_argument("--repo", help="ModelScope repo, owner/name")
+    what.add_argument("--file", help="file path inside the repo")
+    what.add_argument("--revision", default=None, help="branch, tag or commit (default master)")
+    what.add_argument("--sha256", help="expected sha256 (default: ModelScope's listing)")
+    what.add_argument("--size", type=int, help="expected size in bytes (default: ModelScope's listing)")
+    how = ap.add_argument_group("where from and to")
+    how.add_argument("--dest", type=Path, required=True, help="directory the file lands in")
+    how.add_argument("--s3-cache", help="s3://bucket/prefix of the in-region model cache (read first, written back)")
+    how.add_argument("--no-upload", action="store_true", help="do not write a ModelScope download back to the cache")
+    how.add_argument(
+        "--endpoint", default=None, help=f"ModelScope endpoint (default $MODELSCOPE_ENDPOINT or {DEFAULT_ENDPOINT})"
+    )
+    how.add_argument("--connections", type=int, default=8, help="parallel ranged connections (default 8)")
+    how.add_argument("--part-size-mib", type=int, default=16, help="range size and resume unit (default 16)")
+    how.add_argument("--require-mtp", action="store_true", help="exit 3 unless the GGUF has MTP layers")
+    how.add_argument("--quiet", action="store_true", help="no progress output")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s modelfetch %(levelname)s %(message)s")
+    try:
+        spec, expect = _spec(a)
+    except ValueError as e:
+        ap.error(str(e))
+    if a.connections < 1 or a.part_size_mib < 1:
+        ap.error("--connections and --part-size-mib must be at least 1")
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        result = fetch_file(
+            spec,
+            a.dest,
+            endpoint=a.endpoint,
+            s3_cache=a.s3_cache,
+            connections=a.connections,
+            part_size=a.part_size_mib * MIB,
+            upload=not a.no_upload,
+            progress=not a.quiet,
+        )
+    except FetchError as e:
+        log.error("%s", e)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        log.error("interrupted; run the same command again to resume")
+        return 130
+    summary = result.as_dict()
+    print(json.dumps(summary), flush=True)
+    problem = _check_model(summary, expect, require_mtp=a.require_mtp)
+    if problem:
+        log.error("%s", problem)
+        return EXIT_MISMATCH
+    log.info(
+        "%s ready: %s, %s MTP layers, from %s", result.path, summary["architecture"],
+        summary["nextn_predict_layers"], result.source,
+    )  # fmt: skip
+    return 0
+
+
+def _spec(a: argparse.Namespace) -> tuple[FileSpec, dict[str, Any]]:
+    if a.profile is not None:
+        if a.repo or a.file:
+            raise ValueError("give either --profile or --repo/--file, not both")
+        from catalog import ServingProfile
+
+        profile = ServingProfile.from_json(a.profile.read_text())
+        m = profile.model
+        spec = FileSpec.from_artifact(m)
+        expect = {"architecture": m.gguf_architecture, "mtp": profile.mtp, "name": profile.name}
+        return spec, expect
+    if not (a.repo and a.file):
+        raise ValueError("--repo and --file are required without --profile")
+    spec = FileSpec(
+        repo=a.repo,
+        file=a.file,
+        revision=a.revision or "master",
+        size=a.size,
+        sha256=a.sha256.lower() if a.sha256 else None,
+        size_estimate=a.size,
+    )
+    return spec, {}
+
+
+def _check_model(summary: dict[str, Any], expect: dict[str, Any], *, require_mtp: bool) -> str | None:
+    arch, has_mtp = summary["architecture"], summary["has_mtp_layers"]
+    want_mtp = require_mtp or expect.get("mtp", False)
+    if arch is None and (want_mtp or expect):
+        return f"{summary['path']} is not a readable GGUF file"
+    if expect and arch != expect["architecture"]:
+        return (
+            f"{summary['path']} is a {arch} model but profile {expect['name']} expects {expect['architecture']}; "
+            "fix the profile's model"
+        )
+    if want_mtp and not has_mtp:
+        return (
+            f"{summary['path']} has no MTP layers ({arch}.nextn_predict_layers is 0 or absent) but MTP is requested; "
+            "use an *-MTP-GGUF file or turn speculative decoding off"
+        )
+    return None
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds the download, which saves its progress for the next run
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,335 @@
+"""Get one model file onto local disk: verified copy already there, else the S3 cache, else ModelScope."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from modelfetch import gguf
+from modelfetch.errors import DiskSpaceError, FetchError, IntegrityError, NotFoundError
+from modelfetch.modelscope import ModelScope, resolve_endpoint
+from modelfetch.progress import Progress, human_bytes
+from modelfetch.ranged import DEFAULT_PART_SIZE, RangedDownload, RangeSource, partial_path
+from modelfetch.retry import RetryPolicy
+from modelfetch.s3cache import CachedObject, S3Cache
+
+if TYPE_CHECKING:
+    from catalog.models import ModelArtifact
+
+log = logging.getLogger("modelfetch")
+
+DISK_HEADROOM = 64 * 1024 * 1024  # never fill a volume to the last byte
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One file to fetch. `size`/`sha256` None: taken from ModelScope's listing (or the cache's metadata)."""
+
+    repo: str
+    file: str
+    revision: str = "master"
+    size: int | None = None
+    sha256: str | None = None
+    size_estimate: int | None = None  # for the early free-space check when `size` is not pinned
+
+    @classmethod
+    def from_artifact(cls, artifact: ModelArtifact) -> FileSpec:
+        pinned = artifact.sha256 is not None  # the catalog's size is exact only when the hash is pinned
+        return cls(
+            repo=artifact.repo,
+            file=artifact.file,
+            revision=artifact.revision,
+            size=artifact.size_bytes if pinned else None,
+            sha256=artifact.sha256.lower() if artifact.sha256 else None,
+            size_estimate=artifact.size_bytes,
+        )
+
+    @property
+    def local_name(self) -> str:
+        return self.file.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    path: Path
+    size: int
+    sha256: str
+    source: str  # "local" (already verified on disk), "s3" or "modelscope"
+    transferred: int  # bytes received in this run
+    resumed: int  # bytes kept from an interrupted run
+    seconds: float
+    cached_to: str | None  # s3:// URI written back, if any
+    gguf: gguf.GGUFSummary | None
+
+    def as_dict(self) -> dict[str, Any]:
+        g = self.gguf
+        return {
+            "path": str(self.path),
+            "size": self.size,
+            "sha256": self.sha256,
+            "source": self.source,
+            "transferred": self.transferred,
+            "resumed": self.resumed,
+            "seconds": round(self.seconds, 2),
+            "mb_per_s": round(self.transferred / self.seconds / 1e6, 1) if self.seconds > 0 else None,
+            "cached_to": self.cached_to,
+            "architecture": g.architecture if g else None,
+            "nextn_predict_layers": g.nextn_predict_layers if g else None,
+            "has_mtp_layers": g.has_mtp_layers if g else None,
+        }
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes for an unprivileged writer on the filesystem holding `path`."""
+    return shutil.disk_usage(path).free
+
+
+def fetch_model(
+    artifact: ModelArtifact,
+    dest: Path,
+    *,
+    endpoint: str | None = None,
+    s3_cache: str | None = None,
+    connections: int = 8,
+    **options: Any,
+) -> Path:
+    """Fetch a catalog artifact into `dest` and return the verified file's path (see `fetch_file` for options)."""
+    return fetch_file(
+        FileSpec.from_artifact(artifact), dest, endpoint=endpoint, s3_cache=s3_cache, connections=connections, **options
+    ).path
+
+
+def fetch_file(
+    spec: FileSpec,
+    dest: Path,
+    *,
+    endpoint: str | None = None,
+    s3_cache: str | S3Cache | None = None,
+    connections: int = 8,
+    part_size: int = DEFAULT_PART_SIZE,
+    upload: bool = True,
+    token: str | None = None,
+    retry: RetryPolicy | None = None,
+    verify_attempts: int = 2,
+    progress: bool | Progress | None = True,
+    free_space: Callable[[Path], int] = free_bytes,
+) -> FetchResult:
+    """Make `dest/<file name>` a verified copy of `spec`, from the S3 cache when it has it, else ModelScope.
+
+    endpoint: ModelScope base URL (default MODELSCOPE_ENDPOINT or https://www.modelscope.cn).
+    s3_cache: s3://bucket/prefix of the in-region cache, or None. After a ModelScope download the file is
+      uploaded there unless upload=False.
+    connections: parallel ranged connections; part_size: bytes per range request (also the resume unit).
+    progress: True for a bar on a terminal / log lines otherwise, False for none, or a Progress.
+    free_space: how free bytes are measured (tests point it at a tiny fake disk).
+    """
+    t0 = time.monotonic()
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / spec.local_name
+    retry = retry or RetryPolicy()
+    cache = S3Cache(s3_cache, connections=connections) if isinstance(s3_cache, str) else s3_cache
+    hub = ModelScope(endpoint, token=token, connections=connections, retry=retry)
+
+    with _lock(dest / f".{spec.local_name}.lock"):
+        done = _already_verified(target, spec)
+        if done is not None:
+            log.info("%s is already verified (sha256 %s); nothing to fetch", target, done[1])
+            return _result(target, done[0], done[1], "local", 0, 0, t0, None)
+
+        _check_space(target, spec.size or spec.size_estimate, free_space)
+
+        def download(source: RangeSource, size: int, sha256: str) -> RangedDownload:
+            _check_space(target, size, free_space)
+            dl = RangedDownload(
+                target,
+                size=size,
+                sha256=sha256,
+                connections=connections,
+                part_size=part_size,
+                retry=retry,
+                verify_attempts=verify_attempts,
+                on_progress=None,
+            )
+            bar = _progress(progress, f"{spec.local_name} <- {source.name}")
+            if bar is not None:
+                dl.on_progress = lambda d, t: bar.update(d, t, source=source.name)
+            try:
+                with _disk_errors(target):
+                    dl.run(source)
+            finally:
+                if bar is not None:
+                    bar.close()
+            return dl
+
+        # 1. The in-region cache.
+        if cache is not None:
+            obj = cache.lookup(spec.repo, spec.revision, spec.file)
+            usable = obj is not None and _cache_matches(obj, spec)
+            if obj is not None and usable:
+                sha = spec.sha256 or obj.sha256 or hub.describe(spec.repo, spec.revision, spec.file).sha256
+                if sha is None:
+                    raise FetchError(f"no sha256 for {spec.file}: pin it in the catalog or let ModelScope list it")
+                log.info("fetching %s from the S3 cache s3://%s/%s", spec.file, obj.bucket, obj.key)
+                try:
+                    dl = download(cache.source(obj), obj.size, sha)
+                    return _result(target, obj.size, sha, "s3", dl.stats.transferred, dl.stats.resumed, t0, None)
+                except DiskSpaceError:
+                    raise
+                except FetchError as e:
+                    log.warning("S3 cache copy unusable (%s); fetching from ModelScope instead", e)
+
+        # 2. ModelScope.
+        listed = hub.describe(spec.repo, spec.revision, spec.file)
+        size, sha = _reconcile(spec, listed.size, listed.sha256, hub.endpoint)
+        log.info("fetching %s (%s) from %s with %d connections", spec.file, human_bytes(size), hub.endpoint,
+                 connections)
+        dl = download(hub.source(spec.repo, spec.revision, spec.file, size), size, sha)
+
+        # 3. Write back so the next instance reads in region.
+        cached_to = None
+        if cache is not None and upload:
+            try:
+                t_up = time.monotonic()
+                cached_to = cache.upload(target, repo=spec.repo, revision=spec.revision, file=spec.file, sha256=sha)
+                log.info("uploaded %s to %s in %.0f s", target.name, cached_to, time.monotonic() - t_up)
+            except Exception as e:  # noqa: BLE001 - the model is fine; the cache is an optimisation
+                log.warning("could not upload %s to the S3 cache %s: %s", target.name, cache.uri, e)
+        return _result(target, size, sha, "modelscope", dl.stats.transferred, dl.stats.resumed, t0, cached_to)
+
+
+# --- helpers -------------------------------------------------------------------------------------------------------
+def _result(
+    target: Path, size: int, sha: str, source: str, transferred: int, resumed: int, t0: float, cached_to: str | None
+) -> FetchResult:
+    if source != "local":
+        _write_marker(target, sha)
+    summary = None
+    with contextlib.suppress(OSError, gguf.GGUFError):
+        summary = gguf.summarize(target)
+    return FetchResult(target, size, sha, source, transferred, resumed, time.monotonic() - t0, cached_to, summary)
+
+
+def _cache_matches(obj: CachedObject, spec: FileSpec) -> bool:
+    if spec.sha256 and obj.sha256 and obj.sha256.lower() != spec.sha256:
+        log.warning("S3 cache holds a different %s (sha256 %s, want %s); ignoring it", spec.file, obj.sha256,
+                    spec.sha256)
+        return False
+    if spec.size is not None and obj.size != spec.size:
+        log.warning("S3 cache holds %s with %d bytes, want %d; ignoring it", spec.file, obj.size, spec.size)
+        return False
+    return True
+
+
+def _reconcile(spec: FileSpec, size: int, sha: str | None, endpoint: str) -> tuple[int, str]:
+    where = f"{spec.repo}/{spec.file}@{spec.revision} on {endpoint}"
+    if spec.sha256 and sha and sha.lower() != spec.sha256:
+        raise IntegrityError(
+            f"{where} now has sha256 {sha}, the profile pins {spec.sha256}: the file changed upstream; "
+            "pin `revision` to the commit that has the pinned file, or update the catalog"
+        )
+    if spec.size is not None and size != spec.size:
+        raise IntegrityError(f"{where} is {size} bytes, the profile pins {spec.size}; update the catalog")
+    final = spec.sha256 or (sha.lower() if sha else None)
+    if final is None:
+        raise FetchError(f"ModelScope lists no sha256 for {where}; pin one in the catalog to verify the download")
+    return size, final
+
+
+def _check_space(target: Path, size: int | None, free_space: Callable[[Path], int]) -> None:
+    if size is None:
+        return
+    part = partial_path(target)
+    have = part.stat().st_blocks * 512 if part.exists() else 0  # blocks a resume already owns
+    need = max(0, size - have) + DISK_HEADROOM
+    free = free_space(target.parent)
+    if free < need:
+        raise DiskSpaceError(
+            f"not enough disk space for {target.name}: it needs {human_bytes(need)} in {target.parent} "
+            f"({size} bytes plus {human_bytes(DISK_HEADROOM)} headroom, less {human_bytes(have)} already "
+            f"downloaded) but only {human_bytes(free)} is free; grow the volume or free space"
+        )
+
+
+@contextlib.contextmanager
+def _disk_errors(target: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskSpaceError(f"the disk holding {target.parent} filled up while writing {target.name}") from e
+        raise
+
+
+def _marker(target: Path) -> Path:
+    return target.with_name(f".{target.name}.verified")
+
+
+def _write_marker(target: Path, sha: str) -> None:
+    st = target.stat()
+    _marker(target).write_text(json.dumps({"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+
+
+def _already_verified(target: Path, spec: FileSpec) -> tuple[int, str] | None:
+    """(size, sha256) when `target` is a copy this tool verified (marker matches), or re-hashes to the pin."""
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        return None
+    if spec.size is not None and st.st_size != spec.size:
+        log.warning("%s has %d bytes, expected %d; fetching it again", target, st.st_size, spec.size)
+        target.unlink()
+        return None
+    try:
+        m = json.loads(_marker(target).read_text())
+        if m["size"] == st.st_size and m["mtime_ns"] == st.st_mtime_ns and (spec.sha256 in (None, m["sha256"])):
+            return st.st_size, m["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass
+    if spec.sha256 is None:
+        return None  # nothing to check it against yet: fetch (a matching resume is cheap)
+    log.info("verifying existing %s", target)
+    h = hashlib.sha256()
+    with target.open("rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+    if h.hexdigest() == spec.sha256:
+        _write_marker(target, spec.sha256)
+        return st.st_size, spec.sha256
+    log.warning("%s does not match sha256 %s; removing it and fetching again", target, spec.sha256)
+    target.unlink()
+    return None
+
+
+def _progress(progress: bool | Progress | None, label: str) -> Progress | None:
+    if isinstance(progress, Progress):
+        return progress
+    return Progress(label) if progress else None
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """One fetch per file and destination at a time (two launchers racing would corrupt the partial file)."""
+    with open(path, "a+b") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another fetch holds %s; waiting for it", path)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+__all__ = ["FetchResult", "FileSpec", "NotFoundError", "fetch_file", "fetch_model", "free_bytes", "resolve_endpoint"]

@@ -1,0 +1,165 @@
+"""The in-region S3 model cache: look up, read in parallel ranges, write back after a verified download.
+
+Layout: s3://<bucket>/<prefix>/<owner>/<repo>/<revision>/<file>, with user metadata
+`sha256` (verified before upload) and `modelscope-repo` / `modelscope-revision` / `modelscope-file`.
+Objects are only written by this module after the bytes matched ModelScope's sha256, so an instance whose
+profile does not pin a sha256 can trust the metadata and does not need ModelScope at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from modelfetch.errors import FetchError, NotFoundError, TransientError
+
+log = logging.getLogger("modelfetch")
+
+MIB = 1024 * 1024
+CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CachedObject:
+    bucket: str
+    key: str
+    size: int
+    sha256: str | None
+    etag: str
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    parts = urlsplit(uri)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise FetchError(f"S3 cache must look like s3://bucket/prefix, got {uri!r}")
+    return parts.netloc, parts.path.strip("/")
+
+
+class S3Cache:
+    def __init__(self, uri: str, *, connections: int = 8, client: Any = None, region: str | None = None) -> None:
+        self.uri = uri
+        self.bucket, self.prefix = parse_s3_uri(uri)
+        self.connections = connections
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client(
+                "s3",
+                region_name=region,
+                config=Config(
+                    max_pool_connections=connections * 2,
+                    retries={"mode": "standard", "max_attempts": 3},
+                    connect_timeout=10,
+                    read_timeout=60,
+                ),
+            )
+        self.client = client
+
+    def key(self, repo: str, revision: str, file: str) -> str:
+        return "/".join(p for p in (self.prefix, repo, revision, file) if p)
+
+    def lookup(self, repo: str, revision: str, file: str) -> CachedObject | None:
+        """The cached object, or None when it is absent or the cache cannot be read (then ModelScope serves)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        key = self.key(repo, revision, file)
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 404 or e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                log.info("S3 cache miss: s3://%s/%s", self.bucket, key)
+            else:
+                log.warning("S3 cache s3://%s/%s unreadable (%s); falling back to ModelScope", self.bucket, key, e)
+            return None
+        except BotoCoreError as e:
+            log.warning("S3 cache unreachable (%s); falling back to ModelScope", e)
+            return None
+        meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
+        return CachedObject(
+            bucket=self.bucket,
+            key=key,
+            size=int(head["ContentLength"]),
+            sha256=(meta.get("sha256") or None),
+            etag=head["ETag"],
+        )
+
+    def source(self, obj: CachedObject) -> S3RangeSource:
+        return S3RangeSource(self.client, obj)
+
+    def upload(self, path: Path, *, repo: str, revision: str, file: str, sha256: str) -> str:
+        """Multipart upload of a verified file; returns its s3:// URI."""
+        from boto3.s3.transfer import TransferConfig
+
+        key = self.key(repo, revision, file)
+        size = path.stat().st_size
+        chunk = max(64 * MIB, -(-size // 9000))  # S3 allows 10,000 parts
+        config = TransferConfig(
+            multipart_threshold=64 * MIB,
+            multipart_chunksize=chunk,
+            max_concurrency=self.connections,
+            use_threads=True,
+        )
+        extra = {
+            "Metadata": {
+                "sha256": sha256,
+                "modelscope-repo": repo,
+                "modelscope-revision": revision,
+                "modelscope-file": file,
+            },
+            "ContentType": "application/octet-stream",
+        }
+        self.client.upload_file(str(path), self.bucket, key, ExtraArgs=extra, Config=config)
+        return f"s3://{self.bucket}/{key}"
+
+
+class S3RangeSource:
+    """Byte ranges of one cached object; If-Match pins the version we looked up."""
+
+    name = "s3"
+
+    def __init__(self, client: Any, obj: CachedObject) -> None:
+        self.client = client
+        self.obj = obj
+
+    def stream(self, start: int, end: int) -> Iterator[bytes]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            resp = self.client.get_object(
+                Bucket=self.obj.bucket, Key=self.obj.key, Range=f"bytes={start}-{end - 1}", IfMatch=self.obj.etag
+            )
+        except ClientError as e:
+            raise _classify(e, self.obj) from e
+        except BotoCoreError as e:
+            raise TransientError(f"{type(e).__name__}: {e}") from e
+        body = resp["Body"]
+        try:
+            while True:
+                try:
+                    chunk = body.read(CHUNK)
+                except (BotoCoreError, OSError) as e:
+                    raise TransientError(f"{type(e).__name__}: {e}") from e
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            body.close()
+
+
+def _classify(e: Any, obj: CachedObject) -> Exception:
+    status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    code = e.response.get("Error", {}).get("Code", "")
+    where = f"s3://{obj.bucket}/{obj.key}"
+    if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"):
+        return TransientError(f"S3 {code or status} reading {where}")
+    if status == 404:
+        return NotFoundError(f"{where} disappeared during the download")
+    if status == 412:
+        return FetchError(f"{where} was replaced during the download (ETag changed)")
+    return FetchError(f"S3 refused {where}: {code or status}")

@@ -13,3 +13,11 @@ class FleetSettings:
     volume_iops: int = 6000
     volume_throughput_mibps: int = 1000  # gp3 maximum: a 22 GB model reads in about 25 s
     image_headroom_gib: int = 20  # OS, container image layers, logs
+    alb_idle_timeout_s: int = 600  # > the report's longest generation: 2048 tokens at 4.56 tok/s = 449 s
+    deregistration_delay_s: int = 600  # lets a stream that is already running finish
+    planning_download_mib_s: float = 15.0  # worst case: one ModelScope stream, no S3 cache yet
+    model_load_s: int = 300  # start container + read the GGUF + warm up, with margin
+    allowed_cidrs: tuple[str, ...] = ()  # who may call the internal ALB; empty: the VPC only
+    vpc_cidr: str = "10.40.0.0/16"
+    max_azs: int = 2
+    nat_gateways: int = 1  # one is enough for a download at boot; use max_azs for AZ-independent egress

@@ -78,6 +78,4 @@ GEMMA3_270M = ModelArtifact(
     kv_bytes_per_token=2 * 18 * 1 * 256 * 2,
 )
 
-MODELS: dict[str, ModelArtifact] = {
-    m.name: m for m in (QWEN36_35B_A3B, QWEN36_27B_MTP, GEMMA3_270M)
-}
+MODELS: dict[str, ModelArtifact] = {m.name: m for m in (QWEN36_35B_A3B, QWEN36_27B_MTP, GEMMA3_270M)}

@@ -45,6 +45,12 @@ class ServingProfile:
     def root_volume_gib(self) -> int:
         return math.ceil(self.model.size_bytes / GIB) + self.fleet.image_headroom_gib
 
+    @property
+    def boot_budget_s(self) -> int:
+        """Worst-case seconds from launch to /health 200: a cold ModelScope download plus the model load."""
+        download = self.model.size_bytes / (self.fleet.planning_download_mib_s * 1024 * 1024)
+        return math.ceil((download + self.fleet.model_load_s) / 60) * 60
+
     def memory_plan(self) -> dict[str, float]:
         """GiB needed where the weights live (host RAM or GPU memory)."""
         m, s = self.model, self.server
@@ -83,7 +89,7 @@ class ServingProfile:
             model=ModelArtifact(**d["model"]),
             server=ServerSettings(**srv),
             image=ImageTarget(**img),
-            fleet=FleetSettings(**d["fleet"]),
+            fleet=FleetSettings(**{**d["fleet"], "allowed_cidrs": tuple(d["fleet"]["allowed_cidrs"])}),
             description=d["description"],
         )
 
@@ -225,7 +231,9 @@ def profile_by_stack(stack_name: str) -> ServingProfile:
     raise ProfileError(f"no profile for stack {stack_name!r}: use one of {[p.stack_name for p in PROFILES.values()]}")
 
 
-def local_profile(base: str = "graviton-moe", *, model: ModelArtifact = GEMMA3_270M, port: int = 8080) -> ServingProfile:
+def local_profile(
+    base: str = "graviton-moe", *, model: ModelArtifact = GEMMA3_270M, port: int = 8080
+) -> ServingProfile:
     """The base profile's server settings scaled to this machine, serving a small model (the embedded default)."""
     cores = os.cpu_count() or 1
     arch = Architecture.ARM64 if platform.machine() in ("aarch64", "arm64") else Architecture.X86_64

@@ -1,0 +1,1 @@
+"""CDK stacks and the constructs they are built from."""

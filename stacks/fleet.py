@@ -1,0 +1,143 @@
+"""The Auto Scaling group of llama-server instances: launch template, role, security group."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from catalog import ServingProfile
+from stacks.model_cache import ModelCache
+from stacks.nag import acknowledge, arn_of
+
+ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
+GROUP_LOGICAL_ID = "ServingGroup"  # fixed so user data can signal it before the group exists
+
+
+class ServingFleet(Construct):
+    """Secure EC2 defaults live here: IMDSv2 only, no SSH key (SSM), encrypted gp3, one narrow ingress rule."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        profile: ServingProfile,
+        vpc: ec2.IVpc,
+        user_data: ec2.UserData,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        hw, fleet = profile.hardware, profile.fleet
+        self.port = profile.server.port
+        self.role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+            description=f"llama-server instances of {profile.stack_name}",
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+            "The AWS-maintained policy for Session Manager access, which replaces SSH keys.",
+        )
+        self.security_group = ec2.SecurityGroup(
+            self, "SecurityGroup", vpc=vpc, allow_all_outbound=False, description="llama-server instances"
+        )
+        # ModelScope, ECR, Secrets Manager, CloudWatch and OS packages are all HTTPS.
+        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS out")
+        self.launch_template = ec2.LaunchTemplate(
+            self,
+            "LaunchTemplate",
+            instance_type=ec2.InstanceType(hw.instance_type),
+            machine_image=ec2.MachineImage.from_ssm_parameter(hw.ami_ssm_parameter),
+            role=self.role,
+            security_group=self.security_group,
+            user_data=user_data,
+            require_imdsv2=True,
+            http_put_response_hop_limit=2,  # the container fetches the model with the instance role
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=ROOT_DEVICE,
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        profile.root_volume_gib,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        encrypted=True,
+                        iops=fleet.volume_iops,
+                        throughput=fleet.volume_throughput_mibps,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+            detailed_monitoring=True,
+        )
+        boot = Duration.seconds(profile.boot_budget_s)
+        self.asg = autoscaling.AutoScalingGroup(
+            self,
+            "Group",
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            launch_template=self.launch_template,
+            min_capacity=fleet.min_capacity,
+            max_capacity=fleet.max_capacity,
+            desired_capacity=fleet.desired_capacity,
+            health_checks=autoscaling.HealthChecks.with_additional_checks(
+                additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=boot
+            ),
+            default_instance_warmup=Duration.seconds(fleet.model_load_s),
+            signals=autoscaling.Signals.wait_for_min_capacity(timeout=boot),
+            update_policy=autoscaling.UpdatePolicy.rolling_update(
+                max_batch_size=1,
+                min_instances_in_service=fleet.min_capacity,
+                pause_time=boot,
+                wait_on_resource_signals=True,
+            ),
+            group_metrics=[autoscaling.GroupMetrics.all()],
+        )
+        self.asg.node.default_child.override_logical_id(GROUP_LOGICAL_ID)  # type: ignore[union-attr]
+        acknowledge(
+            self.asg,
+            "AwsSolutions-AS3",
+            "Scaling activity is visible in the group's activity history and CloudWatch group metrics.",
+        )
+        # The instance reports itself healthy to CloudFormation once /health answers 200.
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["cloudformation:SignalResource"], resources=[Stack.of(self).stack_id])
+        )
+
+    def allow_instances(
+        self,
+        *,
+        secret: secretsmanager.ISecret,
+        cache: ModelCache,
+        repository: ecr.IRepository,
+        log_group: logs.ILogGroup,
+    ) -> None:
+        """Least privilege: this stack's API key, the cache prefix, image pulls, its own log group."""
+        secret.grant_read(self.role)
+        repository.grant_pull(self.role)
+        log_group.grant_write(self.role)
+        objects = cache.bucket.arn_for_objects(f"{cache.prefix}*")
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"], resources=[objects]
+            )
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[cache.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{cache.prefix}*"]}},
+            )
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            "Model files under the cache prefix (names come from the profile); GetAuthorizationToken has no resource.",
+            findings=[f"Resource::{arn_of(cache.bucket)}/{cache.prefix}*", "Resource::*"],
+        )

@@ -1,0 +1,47 @@
+"""VPC with private subnets, one NAT for ModelScope, and endpoints so AWS traffic stays in the VPC."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+_INTERFACE_ENDPOINTS = {
+    "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
+    "SsmMessages": ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
+    "Ec2Messages": ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
+    "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
+    "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
+    "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
+    "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
+}
+
+
+class ServingNetwork(Construct):
+    """Public subnets hold only the NAT gateway; instances and the internal ALB live in private subnets."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, cidr: str, max_azs: int, nat_gateways: int) -> None:
+        super().__init__(scope, construct_id)
+        flow_log_group = logs.LogGroup(
+            self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
+            max_azs=max_azs,
+            nat_gateways=nat_gateways,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20),
+            ],
+            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
+            flow_logs={
+                "All": ec2.FlowLogOptions(destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group))
+            },
+        )
+        for name, service in _INTERFACE_ENDPOINTS.items():
+            endpoint = self.vpc.add_interface_endpoint(name, service=service, private_dns_enabled=True, open=False)
+            endpoint.connections.allow_from(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")

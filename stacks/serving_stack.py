@@ -1,0 +1,112 @@
+"""One deployable llama.cpp service: network, model cache, API key, image, fleet and load balancer."""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from catalog import ServingProfile
+from stacks.access_logs import AccessLogs
+from stacks.api_key import ApiKey
+from stacks.fleet import GROUP_LOGICAL_ID, ServingFleet
+from stacks.image_build import ImageBuild
+from stacks.load_balancer import InferenceLoadBalancer
+from stacks.model_cache import ModelCache
+from stacks.network import ServingNetwork
+from userdata import BootSettings, render_user_data
+
+METRICS_NAMESPACE = "Qwen36/LlamaServer"
+
+
+class ServingStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        profile: ServingProfile,
+        availability_zones: list[str],
+        certificate_arn: str | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, description=profile.description, **kwargs)
+        self._azs = availability_zones
+        fleet_cfg = profile.fleet
+        network = ServingNetwork(
+            self, "Network", cidr=fleet_cfg.vpc_cidr, max_azs=fleet_cfg.max_azs, nat_gateways=fleet_cfg.nat_gateways
+        )
+        access_logs = AccessLogs(self, "AccessLogs")
+        cache = ModelCache(self, "ModelCache", access_logs=access_logs.bucket)
+        api_key = ApiKey(self, "ApiKey")
+        image = ImageBuild(self, "Image", target=profile.image, access_logs=access_logs.bucket)
+        log_group = logs.LogGroup(
+            self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
+        boot = BootSettings(
+            region=self.region,
+            stack_name=self.stack_name,
+            group_logical_id=GROUP_LOGICAL_ID,
+            image_uri=image.image_uri,
+            registry=image.registry,
+            api_key_secret_arn=api_key.secret.secret_arn,
+            model_cache_url=cache.s3_url,
+            log_group=log_group.log_group_name,
+            metrics_namespace=METRICS_NAMESPACE,
+        )
+        fleet = ServingFleet(
+            self,
+            "Fleet",
+            profile=profile,
+            vpc=network.vpc,
+            user_data=ec2.UserData.custom(render_user_data(profile, boot)),
+        )
+        fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
+        fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)
+
+        lb = InferenceLoadBalancer(
+            self,
+            "LoadBalancer",
+            vpc=network.vpc,
+            vpc_cidr=fleet_cfg.vpc_cidr,
+            access_logs=access_logs.bucket,
+            idle_timeout=Duration.seconds(fleet_cfg.alb_idle_timeout_s),
+            allowed_cidrs=fleet_cfg.allowed_cidrs,
+            certificate_arn=certificate_arn,
+        )
+        self.target_group = lb.listener.add_targets(
+            "Servers",
+            port=fleet.port,
+            targets=[fleet.asg],
+            deregistration_delay=Duration.seconds(fleet_cfg.deregistration_delay_s),
+            # /health answers 503 while the model loads and needs no API key; only 200 is healthy.
+            health_check=elbv2.HealthCheck(
+                path="/health",
+                healthy_http_codes="200",
+                interval=Duration.seconds(15),
+                timeout=Duration.seconds(5),
+                healthy_threshold_count=2,
+                unhealthy_threshold_count=3,
+            ),
+        )
+        self.fleet, self.load_balancer, self.api_key = fleet, lb, api_key
+
+        CfnOutput(self, "EndpointUrl", value=f"{lb.url}/v1", description="OpenAI-compatible base URL (in the VPC)")
+        CfnOutput(self, "ApiKeySecretArn", value=api_key.secret.secret_arn, description="Secrets Manager secret")
+        CfnOutput(
+            self,
+            "CurlExample",
+            description="Run from inside the VPC, e.g. an SSM session on an instance",
+            value=(
+                f'curl -s {lb.url}/v1/chat/completions -H "Authorization: Bearer $(aws secretsmanager '
+                f"get-secret-value --region {Aws.REGION} --secret-id {api_key.secret.secret_arn} --query SecretString "
+                "--output text)\" -H 'Content-Type: application/json' "
+                f'-d \'{{"messages":[{{"role":"user","content":"你好"}}],"max_tokens":256}}\''
+            ),
+        )
+
+    @property
+    def availability_zones(self) -> list[str]:
+        return self._azs

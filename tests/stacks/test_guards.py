@@ -1,0 +1,103 @@
+"""Whole-app guards: China partition, no lookups, cdk-nag, cfn-lint, snapshots."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cdk_nag import AwsSolutionsChecks
+
+from catalog import ProfileError
+from stacks.app import build_app
+from tests.conftest import ROOT, cdk_context
+from tests.stacks.conftest import STACK_NAMES, scrub
+
+
+def _strings(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, (*path, i))
+    elif isinstance(node, str):
+        yield path, node
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_template_is_china_ready_and_lookup_free(templates, stack):
+    doc = templates[stack].to_json()
+    for path, value in _strings(doc):
+        where = "/".join(map(str, path))
+        assert "dummy" not in value, where
+        assert "${Token[" not in value, where
+        assert "arn:aws:" not in value, where
+        if "amazonaws.com" in value:
+            # Service principals (CDK emits these for China too) and VPC endpoint service names only.
+            assert "Principal" in path or "ServiceName" in where, f"{where}: {value}"
+    subnets = templates[stack].find_resources("AWS::EC2::Subnet")
+    zones = {s["Properties"]["AvailabilityZone"] for s in subnets.values()}
+    assert zones <= set(cdk_context()["pinned-availability-zones"]["cn-northwest-1"])
+    assert len(zones) == 2
+
+
+def test_cn_north_1_synthesizes_too():
+    app = build_app({**cdk_context(), "region": "cn-north-1"})
+    stack = app.node.find_child("GravitonMoeStack")
+    assert stack.region == "cn-north-1"
+    text = json.dumps(app.synth().get_stack_by_name("GravitonMoeStack").template)
+    assert "cn-north-1a" in text and "dummy" not in text
+
+
+def test_unpinned_region_fails_with_what_to_change():
+    with pytest.raises(ProfileError, match="pinned-availability-zones"):
+        build_app({**cdk_context(), "region": "cn-south-9"})
+
+
+def test_cdk_nag_has_no_unacknowledged_findings_and_every_acknowledgement_has_a_reason(app):
+    report = AwsSolutionsChecks().validate_scope(app)
+    assert [(v.rule_name, [r.construct_path for r in v.violating_resources]) for v in report.violations] == []
+    acks = [
+        (c.node.path, rule, reason)
+        for c in app.node.find_all()
+        for m in c.node.metadata
+        if m.type == "aws:cdk:acknowledged-rules"
+        for rule, reason in m.data.items()
+    ]
+    assert len(acks) > 5
+    for path, rule, reason in acks:
+        assert len(reason) >= 30, f"{path} {rule}: acknowledgement needs a real reason"
+
+
+def test_cfn_lint_cn_northwest_1_has_zero_findings(template_files):
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--",
+         *map(str, template_files.values())],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cfn_lint_catches_an_instance_type_absent_from_ningxia(tmp_path, template_files):
+    """The lint is real: a type that does not exist in cn-northwest-1 fails."""
+    doc = json.loads(template_files["GravitonMoeStack"].read_text())
+    for res in doc["Resources"].values():
+        if res["Type"] == "AWS::EC2::LaunchTemplate":
+            res["Properties"]["LaunchTemplateData"]["InstanceType"] = "p5.48xlarge"
+    bad = tmp_path / "bad.template.json"
+    bad.write_text(json.dumps(doc))
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--", str(bad)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0 and "E3628" in out.stdout
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_snapshot(templates, stack, snapshot):
+    assert scrub(templates[stack].to_json()) == snapshot

@@ -1,0 +1,156 @@
+"""Fine-grained assertions on each synthesized stack."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from catalog import PROFILES, profile_by_stack
+from tests.stacks.conftest import STACK_NAMES
+
+
+def resources(template: Template, kind: str) -> dict:
+    return template.find_resources(kind)
+
+
+def only(template: Template, kind: str) -> dict:
+    found = resources(template, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return next(iter(found.values()))["Properties"]
+
+
+def user_data(template: Template) -> str:
+    """The launch template's user data with CloudFormation intrinsics shown as <ref>."""
+    lt = only(template, "AWS::EC2::LaunchTemplate")
+    joined = lt["LaunchTemplateData"]["UserData"]["Fn::Base64"]
+    if isinstance(joined, str):
+        return joined
+    return "".join(p if isinstance(p, str) else "<ref>" for p in joined["Fn::Join"][1])
+
+
+def embedded_profile(template: Template) -> dict:
+    m = re.search(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d > "/etc/qwen36/profile.json"', user_data(template))
+    assert m, "user data does not write the profile"
+    return json.loads(base64.b64decode(m.group(1)))
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+class TestEachStack:
+    def test_instance_type_and_ami_architecture(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        data = only(t, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+        assert data["InstanceType"] == p.hardware.instance_type
+        params = t.to_json()["Parameters"]
+        ami = [v for v in params.values() if v["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
+        assert [a["Default"] for a in ami] == [p.hardware.ami_ssm_parameter]
+        arch = "arm64" if p.hardware.architecture.value == "arm64" else "x86_64"
+        assert arch in p.hardware.ami_ssm_parameter
+
+    def test_imdsv2_ssm_no_ssh_encrypted_gp3(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        data = only(t, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        assert "KeyName" not in data
+        (volume,) = data["BlockDeviceMappings"]
+        ebs = volume["Ebs"]
+        assert ebs["Encrypted"] is True and ebs["VolumeType"] == "gp3"
+        assert ebs["VolumeSize"] >= p.model.size_bytes / 1024**3 + 10
+        assert ebs["Throughput"] == p.fleet.volume_throughput_mibps
+        t.has_resource_properties(
+            "AWS::IAM::Role",
+            {
+                "AssumeRolePolicyDocument": Match.object_like(
+                    {"Statement": [Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}
+                ),
+                "ManagedPolicyArns": [Match.object_like({"Fn::Join": Match.any_value()})],
+            },
+        )
+
+    def test_internal_alb_health_check_and_timeouts(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        alb = only(t, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+        assert alb["Scheme"] == "internal"
+        attrs = {a["Key"]: a["Value"] for a in alb["LoadBalancerAttributes"]}
+        assert int(attrs["idle_timeout.timeout_seconds"]) > 2048 / 4.56  # the report's slowest generation
+        assert attrs["access_logs.s3.enabled"] == "true"
+        tg = only(t, "AWS::ElasticLoadBalancingV2::TargetGroup")
+        assert tg["HealthCheckPath"] == "/health"
+        assert tg["Matcher"] == {"HttpCode": "200"}
+        assert tg["Port"] == p.server.port
+        tg_attrs = {a["Key"]: a["Value"] for a in tg["TargetGroupAttributes"]}
+        assert int(tg_attrs["deregistration_delay.timeout_seconds"]) >= 450
+
+    def test_group_waits_for_model_download(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        (asg,) = resources(t, "AWS::AutoScaling::AutoScalingGroup").values()
+        props = asg["Properties"]
+        assert props["HealthCheckType"] == "ELB"
+        download_s = p.model.size_bytes / (15 * 1024 * 1024)  # one ModelScope stream
+        assert props["HealthCheckGracePeriod"] >= download_s
+        assert asg["CreationPolicy"]["ResourceSignal"]["Count"] == p.fleet.min_capacity
+        rolling = asg["UpdatePolicy"]["AutoScalingRollingUpdate"]
+        assert rolling["WaitOnResourceSignals"] is True and rolling["MaxBatchSize"] == 1
+        assert "LaunchTemplate" in props and "LaunchConfigurationName" not in props
+
+    def test_only_the_alb_reaches_the_server_port(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        sgs = t.to_json()["Resources"]
+        instance_sg = next(
+            k for k, v in sgs.items() if v["Type"] == "AWS::EC2::SecurityGroup" and k.startswith("Fleet")
+        )
+        alb_sg = next(
+            k for k, v in sgs.items() if v["Type"] == "AWS::EC2::SecurityGroup" and k.startswith("LoadBalancer")
+        )
+        ingress = [
+            v["Properties"]
+            for v in sgs.values()
+            if v["Type"] == "AWS::EC2::SecurityGroupIngress"
+            and v["Properties"]["GroupId"] == {"Fn::GetAtt": [instance_sg, "GroupId"]}
+        ]
+        assert len(ingress) == 1
+        rule = ingress[0]
+        assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", p.server.port, p.server.port)
+        assert rule["SourceSecurityGroupId"] == {"Fn::GetAtt": [alb_sg, "GroupId"]}
+        inline = sgs[instance_sg]["Properties"].get("SecurityGroupIngress", [])
+        assert inline == []
+        for v in sgs.values():
+            for rule in v.get("Properties", {}).get("SecurityGroupIngress", []) or []:
+                assert rule.get("CidrIp") != "0.0.0.0/0"
+
+    def test_mtp_only_on_the_gpu_profile(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        embedded = embedded_profile(t)
+        assert embedded["name"] == p.name
+        spec = embedded["server"]["speculative"]
+        if p.hardware.has_gpu:
+            assert spec == {"spec_type": "draft-mtp", "draft_n_max": 2}
+            assert embedded["server"]["parallel"] == 1
+            assert "--gpus all" in user_data(t)
+        else:
+            assert spec is None
+            assert "--gpus" not in user_data(t)
+        assert "LLAMA_ARG_SPEC" not in user_data(t)  # nothing speculative is inherited through the environment
+
+    def test_api_key_comes_from_secrets_manager(self, templates, stack):
+        t = templates[stack]
+        only(t, "AWS::SecretsManager::Secret")
+        ud = user_data(t)
+        assert "secretsmanager get-secret-value" in ud
+        assert "LLAMA_API_KEY=" not in ud.replace("LLAMA_API_KEY=%s", "")
+
+    def test_outputs(self, templates, stack):
+        outputs = templates[stack].to_json()["Outputs"]
+        assert {"EndpointUrl", "ApiKeySecretArn", "CurlExample"} <= set(outputs)
+        curl = json.dumps(outputs["CurlExample"]["Value"])
+        assert "/v1/chat/completions" in curl and "Authorization: Bearer" in curl
+
+
+def test_three_stacks_named_as_users_type_them(app):
+    assert sorted(s.node.id for s in app.node.children if hasattr(s, "stack_name")) == sorted(
+        ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack"]
+    )
+    assert {p.stack_name for p in PROFILES.values()} == set(STACK_NAMES)

@@ -1,0 +1,72 @@
+"""The rendered boot script: small enough, shellcheck clean, nothing left unrendered, MTP only where it belongs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from catalog import PROFILES
+from userdata import BootSettings, render_user_data
+from userdata.render import _ENV, USER_DATA_LIMIT
+
+BOOT = BootSettings(
+    region="cn-northwest-1",
+    stack_name="GravitonMoeStack",
+    group_logical_id="ServingGroup",
+    image_uri="111122223333.dkr.ecr.cn-northwest-1.amazonaws.com.cn/serving:arm64-cpu-0123456789abcdef",
+    registry="111122223333.dkr.ecr.cn-northwest-1.amazonaws.com.cn",
+    api_key_secret_arn="arn:aws-cn:secretsmanager:cn-northwest-1:111122223333:secret:ApiKey-AbCdEf",
+    model_cache_url="s3://model-cache-bucket/models/",
+    log_group="/qwen36/GravitonMoeStack",
+    metrics_namespace="Qwen36/LlamaServer",
+)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_rendered_script_is_small_clean_and_complete(name, tmp_path):
+    text = render_user_data(PROFILES[name], BOOT)
+    assert len(text.encode()) < USER_DATA_LIMIT
+    assert "{{" not in text and "{%" not in text and "${Token[" not in text
+    script = tmp_path / "boot.sh"
+    script.write_text(text)
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    out = subprocess.run([str(shellcheck), "-s", "bash", str(script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_profile_is_written_once_and_mtp_only_on_gpu(name):
+    profile = PROFILES[name]
+    text = render_user_data(profile, BOOT)
+    (encoded,) = re.findall(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d', text)
+    written = json.loads(base64.b64decode(encoded))
+    assert written == json.loads(profile.to_json())
+    assert (written["server"]["speculative"] is not None) == profile.hardware.has_gpu
+    assert ("--gpus all" in text) == profile.hardware.has_gpu
+    assert ("dnf install -y -q docker" in text) != profile.hardware.has_gpu  # the GPU AMI ships Docker
+
+
+def test_api_key_is_read_at_start_never_embedded():
+    text = render_user_data(PROFILES["graviton-moe"], BOOT)
+    assert "ExecStartPre=/usr/local/bin/qwen36-api-key" in text
+    assert "--env-file /run/qwen36/api.env" in text
+    assert "Restart=on-failure" in text
+
+
+def test_missing_value_is_an_error_not_an_empty_string():
+    with pytest.raises(jinja2.UndefinedError):
+        _ENV.get_template("boot.sh.j2").render(p=PROFILES["graviton-moe"])
+
+
+def test_oversized_user_data_is_refused(monkeypatch):
+    big = replace(BOOT, log_group="x" * USER_DATA_LIMIT)
+    with pytest.raises(ValueError, match="EC2 allows"):
+        render_user_data(PROFILES["graviton-moe"], big)

@@ -1,0 +1,54 @@
+"""Render the boot script. Values may be CDK tokens: they pass through untouched (no filters on them)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from catalog import ServingProfile
+
+USER_DATA_LIMIT = 16 * 1024  # EC2 rejects larger raw user data
+CONTAINER_UID = 10001  # the non-root user in docker/*.Dockerfile
+MODEL_DIR = "/opt/qwen36/models"
+CONFIG_DIR = "/etc/qwen36"
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,  # noqa: S701 - shell, not HTML
+)
+
+
+@dataclass(frozen=True)
+class BootSettings:
+    """Deploy-time values the stack knows; each may be a CDK token."""
+
+    region: str
+    stack_name: str
+    group_logical_id: str
+    image_uri: str
+    registry: str
+    api_key_secret_arn: str
+    model_cache_url: str
+    log_group: str
+    metrics_namespace: str
+
+
+def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:
+    text = _ENV.get_template("boot.sh.j2").render(
+        p=profile,
+        boot=boot,
+        profile_json_b64=base64.b64encode(profile.to_json().encode()).decode(),
+        gpu=profile.hardware.has_gpu,
+        container_uid=CONTAINER_UID,
+        model_dir=MODEL_DIR,
+        config_dir=CONFIG_DIR,
+        port=profile.server.port,
+    )
+    if len(text.encode()) > USER_DATA_LIMIT:
+        raise ValueError(f"user data is {len(text.encode())} bytes; EC2 allows {USER_DATA_LIMIT}")
+    return text

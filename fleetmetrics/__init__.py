@@ -1,0 +1,1 @@
+"""Publish llama-server's Prometheus /metrics as CloudWatch custom metrics."""

@@ -54,6 +54,7 @@ class Faults:
     fail_every: int = 0  # every Nth download request answers 503 (0: never)
     reset_every: int = 0  # every Nth download request is reset mid-body (0: never)
     reset_after_bytes: int = 64 * 1024  # how much of the body a reset request sends first
+    reset_with_rst: bool = True  # True: TCP RST (unread bytes are lost); False: FIN after a short body
     corrupt_offset: int | None = None  # file offset whose byte is flipped in served bodies
     corrupt_times: int | None = 1  # how many bodies carry the flipped byte (None: every one)
     token: str | None = None  # when set, requests without this token answer 401
@@ -120,7 +121,9 @@ class LocalScope:
         return f"http://{host}:{port}"
 
     def start(self) -> LocalScope:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="localscope", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="localscope", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -448,10 +451,12 @@ class _Handler(BaseHTTPRequestHandler):
         return sent
 
     def _abort(self) -> None:
-        """Close with RST, like a middlebox dropping the connection."""
+        """Drop the connection mid-body: RST like a middlebox, or a clean close that leaves a short body."""
+        self.close_connection = True
+        if not self.scope.faults.reset_with_rst:
+            return
         try:
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
         except OSError:
             pass
-        self.close_connection = True

@@ -21,3 +21,8 @@ class FleetSettings:
     vpc_cidr: str = "10.40.0.0/16"
     max_azs: int = 2
     nat_gateways: int = 1  # one is enough for a download at boot; use max_azs for AZ-independent egress
+    target_busy_slot_ratio: float = 0.7  # target tracking on llama.cpp's busy slots, not CPU (always 100% busy)
+    deferred_scale_out: int = 1  # queued requests (llamacpp:requests_deferred) that add an instance at once
+    deferred_alarm: int = 4  # queued requests, sustained 5 minutes, that page someone
+    scale_in_cooldown_s: int = 900  # a generation can last minutes; don't take capacity away mid-burst
+    warm_pool_size: int = 1  # stopped instances that already hold the verified model

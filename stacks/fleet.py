@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
@@ -12,11 +12,13 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from catalog import ServingProfile
+from fleetmetrics import names
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
 GROUP_LOGICAL_ID = "ServingGroup"  # fixed so user data can signal it before the group exists
+READY_HOOK = "qwen36-ready"  # launch lifecycle hook, completed by the instance once /health answers 200
 
 
 class ServingFleet(Construct):
@@ -61,6 +63,7 @@ class ServingFleet(Construct):
             user_data=user_data,
             require_imdsv2=True,
             http_put_response_hop_limit=2,  # the container fetches the model with the instance role
+            instance_metadata_tags=True,  # the boot script reads its group name from the instance tags
             block_devices=[
                 ec2.BlockDevice(
                     device_name=ROOT_DEVICE,
@@ -105,9 +108,34 @@ class ServingFleet(Construct):
             "AwsSolutions-AS3",
             "Scaling activity is visible in the group's activity history and CloudWatch group metrics.",
         )
-        # The instance reports itself healthy to CloudFormation once /health answers 200.
+        # Warm-pool and scale-out instances join only after /health answers 200 (the hook is released then).
+        self.asg.add_lifecycle_hook(
+            "Ready",
+            lifecycle_hook_name=READY_HOOK,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+            heartbeat_timeout=boot,
+            default_result=autoscaling.DefaultResult.ABANDON,
+        )
+        stack = Stack.of(self)
+        # The instance reports itself healthy to CloudFormation and to its lifecycle hook.
         self.role.add_to_policy(
-            iam.PolicyStatement(actions=["cloudformation:SignalResource"], resources=[Stack.of(self).stack_id])
+            iam.PolicyStatement(actions=["cloudformation:SignalResource"], resources=[stack.stack_id])
+        )
+        group_arn = stack.format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["autoscaling:CompleteLifecycleAction"], resources=[group_arn])
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": names.NAMESPACE}},
+            )
         )
 
     def allow_instances(
@@ -119,6 +147,7 @@ class ServingFleet(Construct):
         log_group: logs.ILogGroup,
     ) -> None:
         """Least privilege: this stack's API key, the cache prefix, image pulls, its own log group."""
+        stack = Stack.of(self)
         secret.grant_read(self.role)
         repository.grant_pull(self.role)
         log_group.grant_write(self.role)
@@ -138,6 +167,12 @@ class ServingFleet(Construct):
         acknowledge(
             self.role,
             "AwsSolutions-IAM5",
-            "Model files under the cache prefix (names come from the profile); GetAuthorizationToken has no resource.",
-            findings=[f"Resource::{arn_of(cache.bucket)}/{cache.prefix}*", "Resource::*"],
+            "Model files under the cache prefix (names come from the profile); this stack's group by name pattern; "
+            "GetAuthorizationToken has no resource; PutMetricData is limited to our namespace by condition.",
+            findings=[
+                f"Resource::{arn_of(cache.bucket)}/{cache.prefix}*",
+                "Resource::*",
+                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:<AWS::AccountId>:autoScalingGroup:*:"
+                f"autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
+            ],
         )

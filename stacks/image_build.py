@@ -27,7 +27,7 @@ from stacks.nag import acknowledge, arn_of
 
 ROOT = Path(__file__).resolve().parent.parent
 # The build context: Dockerfiles and the packages that run inside the container, nothing else.
-BUILD_CONTEXT = ("docker", "catalog", "modelfetch", "launcher")
+BUILD_CONTEXT = ("docker", "catalog", "modelfetch", "launcher", "fleetmetrics")
 HANDLERS = Path(__file__).resolve().parent / "handlers"
 
 _BUILD_SPEC = {

@@ -9,16 +9,17 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from catalog import ServingProfile
+from fleetmetrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
-from stacks.fleet import GROUP_LOGICAL_ID, ServingFleet
+from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, ServingFleet
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.model_cache import ModelCache
+from stacks.monitoring import ServiceMonitoring
 from stacks.network import ServingNetwork
+from stacks.scaling import FleetScaling
 from userdata import BootSettings, render_user_data
-
-METRICS_NAMESPACE = "Qwen36/LlamaServer"
 
 
 class ServingStack(Stack):
@@ -54,7 +55,8 @@ class ServingStack(Stack):
             api_key_secret_arn=api_key.secret.secret_arn,
             model_cache_url=cache.s3_url,
             log_group=log_group.log_group_name,
-            metrics_namespace=METRICS_NAMESPACE,
+            metrics_namespace=names.NAMESPACE,
+            lifecycle_hook=READY_HOOK,
         )
         fleet = ServingFleet(
             self,
@@ -90,6 +92,10 @@ class ServingStack(Stack):
                 healthy_threshold_count=2,
                 unhealthy_threshold_count=3,
             ),
+        )
+        self.scaling = FleetScaling(self, "Scaling", profile=profile, asg=fleet.asg)
+        self.monitoring = ServiceMonitoring(
+            self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
         )
         self.fleet, self.load_balancer, self.api_key = fleet, lb, api_key
 

@@ -36,6 +36,7 @@ class BootSettings:
     model_cache_url: str
     log_group: str
     metrics_namespace: str
+    lifecycle_hook: str
 
 
 def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:

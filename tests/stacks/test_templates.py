@@ -154,3 +154,43 @@ def test_three_stacks_named_as_users_type_them(app):
         ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack"]
     )
     assert {p.stack_name for p in PROFILES.values()} == set(STACK_NAMES)
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+class TestOperatingAtScale:
+    def test_scales_on_llama_cpp_signals_not_cpu(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        policies = [r["Properties"] for r in resources(t, "AWS::AutoScaling::ScalingPolicy").values()]
+        tracking = [x for x in policies if x["PolicyType"] == "TargetTrackingScaling"]
+        assert len(tracking) == 1
+        spec = tracking[0]["TargetTrackingConfiguration"]
+        assert spec["CustomizedMetricSpecification"]["MetricName"] == "SlotsBusyRatio"
+        assert spec["CustomizedMetricSpecification"]["Namespace"] == "Qwen36/LlamaServer"
+        assert spec["TargetValue"] == p.fleet.target_busy_slot_ratio * 100
+        step = [x for x in policies if x["PolicyType"] == "StepScaling"]
+        assert step and all(x["AdjustmentType"] == "ChangeInCapacity" for x in step)
+        alarms = [r["Properties"] for r in resources(t, "AWS::CloudWatch::Alarm").values()]
+        step_alarm_metrics = {a.get("MetricName") for a in alarms if "DeferredRequests" in json.dumps(a)}
+        assert "RequestsDeferred" in step_alarm_metrics
+        assert not any(a.get("MetricName") == "CPUUtilization" for a in alarms)
+
+    def test_warm_pool_and_ready_hook(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        pool = only(t, "AWS::AutoScaling::WarmPool")
+        assert pool["PoolState"] == "Stopped" and pool["MinSize"] == p.fleet.warm_pool_size
+        hook = only(t, "AWS::AutoScaling::LifecycleHook")
+        assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
+        assert hook["DefaultResult"] == "ABANDON" and hook["HeartbeatTimeout"] >= p.boot_budget_s
+        assert f'--lifecycle-hook-name "{hook["LifecycleHookName"]}"' in user_data(t)
+
+    def test_alarms_and_dashboard(self, templates, stack):
+        t, p = templates[stack], profile_by_stack(stack)
+        alarms = [r["Properties"] for r in resources(t, "AWS::CloudWatch::Alarm").values()]
+        described = " ".join(a.get("AlarmDescription", "") for a in alarms)
+        for what in ("no instance passes /health", "5xx", "requests queue"):
+            assert what in described
+        body = json.dumps(only(t, "AWS::CloudWatch::Dashboard")["DashboardBody"])
+        for metric in ("GeneratedTokensPerSecond", "RequestsDeferred", "TargetResponseTime", "HealthyHostCount"):
+            assert metric in body
+        assert ("DraftAcceptanceRate" in body) == p.mtp
+        assert ("nvidia_smi_utilization_gpu" in body) == p.hardware.has_gpu

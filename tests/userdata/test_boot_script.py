@@ -27,6 +27,7 @@ BOOT = BootSettings(
     model_cache_url="s3://model-cache-bucket/models/",
     log_group="/qwen36/GravitonMoeStack",
     metrics_namespace="Qwen36/LlamaServer",
+    lifecycle_hook="qwen36-ready",
 )
 
 

@@ -1,0 +1,127 @@
+"""One dashboard per stack and the alarms an operator needs: no healthy host, 5xx rate, queued requests."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from constructs import Construct
+
+from catalog import ServingProfile
+from fleetmetrics import names
+from stacks.scaling import group_metric
+
+FIVE_MIN = Duration.minutes(5)
+
+
+class ServiceMonitoring(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        profile: ServingProfile,
+        asg: autoscaling.AutoScalingGroup,
+        alb: elbv2.ApplicationLoadBalancer,
+        target_group: elbv2.ApplicationTargetGroup,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        tg = target_group.metrics
+        healthy = tg.healthy_host_count(period=Duration.minutes(1), statistic="Minimum")
+        errors_5xx = tg.http_code_target(elbv2.HttpCodeTarget.TARGET_5XX_COUNT, period=FIVE_MIN, statistic="Sum")
+        requests = tg.request_count(period=FIVE_MIN, statistic="Sum")
+        error_rate = cloudwatch.MathExpression(
+            expression="IF(requests > 0, 100 * errors / requests, 0)",
+            using_metrics={"errors": errors_5xx, "requests": requests},
+            label="5xx %",
+            period=FIVE_MIN,
+        )
+        deferred = group_metric(asg, names.REQUESTS_DEFERRED, "Maximum")
+
+        self.no_healthy_hosts = healthy.create_alarm(
+            self,
+            "NoHealthyHosts",
+            threshold=1,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            evaluation_periods=3,
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+            alarm_description=f"{profile.stack_name}: no instance passes /health",
+        )
+        self.error_rate = error_rate.create_alarm(
+            self,
+            "Http5xxRate",
+            threshold=5,
+            evaluation_periods=2,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"{profile.stack_name}: more than 5% of requests answered 5xx",
+        )
+        self.backlog = deferred.with_(period=FIVE_MIN).create_alarm(
+            self,
+            "DeferredBacklog",
+            threshold=profile.fleet.deferred_alarm,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"{profile.stack_name}: requests queue in llama-server; scaling is not keeping up",
+        )
+
+        latency = [
+            tg.target_response_time(statistic=p, period=Duration.minutes(1), label=p) for p in ("p50", "p95", "p99")
+        ]
+        widgets: list[cloudwatch.IWidget] = [
+            _graph(
+                "Generated tokens/s (per instance, group average)", [group_metric(asg, names.GENERATED_TPS, "Average")]
+            ),
+            _graph(
+                "Requests processing / deferred",
+                [
+                    group_metric(asg, names.REQUESTS_PROCESSING, "Sum"),
+                    group_metric(asg, names.REQUESTS_DEFERRED, "Sum"),
+                ],
+            ),
+            _graph("Busy slots %", [group_metric(asg, names.SLOTS_BUSY_RATIO, "Average")]),
+            _graph("ALB target response time", latency),
+            _graph(
+                "ALB 4xx / 5xx",
+                [
+                    tg.http_code_target(elbv2.HttpCodeTarget.TARGET_4XX_COUNT, period=FIVE_MIN, statistic="Sum"),
+                    errors_5xx,
+                    alb.metrics.http_code_elb(elbv2.HttpCodeElb.ELB_5XX_COUNT, period=FIVE_MIN, statistic="Sum"),
+                ],
+            ),
+            _graph("Healthy hosts", [healthy]),
+            cloudwatch.AlarmStatusWidget(
+                title="Alarms", alarms=[self.no_healthy_hosts, self.error_rate, self.backlog], width=12
+            ),
+        ]
+        if profile.mtp:
+            widgets.insert(1, _graph("MTP draft acceptance %", [group_metric(asg, names.DRAFT_ACCEPTANCE, "Average")]))
+        if profile.hardware.has_gpu:
+            widgets.append(
+                _graph(
+                    "GPU utilization % / memory used MiB",
+                    [
+                        _agent_metric(asg, "nvidia_smi_utilization_gpu"),
+                        _agent_metric(asg, "nvidia_smi_memory_used"),
+                    ],
+                )
+            )
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{profile.stack_name}-llama")
+        for i in range(0, len(widgets), 2):
+            self.dashboard.add_widgets(*widgets[i : i + 2])
+
+
+def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:
+    return cloudwatch.GraphWidget(title=title, left=metrics, width=12, height=6)
+
+
+def _agent_metric(asg: autoscaling.AutoScalingGroup, name: str) -> cloudwatch.Metric:
+    """GPU metrics from the CloudWatch agent's nvidia_gpu plugin, published under the stack's namespace."""
+    return cloudwatch.Metric(
+        namespace=names.NAMESPACE,
+        metric_name=name,
+        dimensions_map={names.DIM_GROUP: asg.auto_scaling_group_name},
+        statistic="Average",
+        period=Duration.minutes(1),
+    )

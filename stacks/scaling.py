@@ -1,0 +1,56 @@
+"""Scale on llama.cpp's own load signals (busy slots, queued requests), with a warm pool of loaded instances."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from constructs import Construct
+
+from catalog import ServingProfile
+from fleetmetrics import names
+
+
+def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=names.NAMESPACE,
+        metric_name=metric_name,
+        dimensions_map={names.DIM_GROUP: asg.auto_scaling_group_name},
+        statistic=statistic,
+        period=Duration.minutes(1),
+    )
+
+
+class FleetScaling(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, profile: ServingProfile, asg: autoscaling.AutoScalingGroup
+    ) -> None:
+        super().__init__(scope, construct_id)
+        fleet = profile.fleet
+        warmup = Duration.seconds(fleet.model_load_s)
+        self.busy_slots = asg.scale_to_track_metric(
+            "BusySlots",
+            metric=group_metric(asg, names.SLOTS_BUSY_RATIO, "Average"),
+            target_value=fleet.target_busy_slot_ratio * 100,
+            disable_scale_in=False,
+            estimated_instance_warmup=warmup,
+        )
+        # Target tracking reacts slowly to a queue; a step policy adds capacity as soon as requests wait.
+        self.deferred = asg.scale_on_metric(
+            "DeferredRequests",
+            metric=group_metric(asg, names.REQUESTS_DEFERRED, "Maximum"),
+            scaling_steps=[
+                autoscaling.ScalingInterval(upper=0, change=0),
+                autoscaling.ScalingInterval(lower=fleet.deferred_scale_out, change=1),
+                autoscaling.ScalingInterval(lower=fleet.deferred_scale_out * 4, change=2),
+            ],
+            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            evaluation_periods=2,
+            estimated_instance_warmup=warmup,
+        )
+        if fleet.warm_pool_size:
+            self.warm_pool = asg.add_warm_pool(
+                min_size=fleet.warm_pool_size,
+                pool_state=autoscaling.PoolState.STOPPED,  # Hibernated is not available in China
+                reuse_on_scale_in=True,
+            )

@@ -17,7 +17,6 @@ from launcher.serve import describe, exec_server, resolve_binary, server_command
 
 DEFAULT_PROFILE = "/etc/qwen36/profile.json"
 DEFAULT_MODEL_DIR = "/models"
-DEFAULT_ENDPOINT = "https://modelscope.cn"
 
 
 def load_profile(path: str) -> ServingProfile:
@@ -88,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--profile", default=DEFAULT_PROFILE)
     f.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
     f.add_argument("--s3-cache", help="s3://bucket/prefix of the in-region model cache")
-    f.add_argument("--endpoint", default=os.environ.get("MODELSCOPE_ENDPOINT", DEFAULT_ENDPOINT))
+    f.add_argument("--endpoint", help="ModelScope base URL (default: MODELSCOPE_ENDPOINT, else modelfetch's default)")
     f.add_argument("--connections", type=int, default=8, help="parallel ranged connections (default 8)")
     f.set_defaults(func=fetch)
 

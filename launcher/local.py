@@ -81,18 +81,20 @@ def chat(url: str, api_key: str, model: str, prompt: str, max_tokens: int) -> tu
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m launcher.local", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompt", default="In two sentences, what is a GGUF file?")
-    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--prompt", default="What is the capital of France?")
+    p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
+    p.add_argument("--work-dir", type=Path, help="fetched model, profile and server log (default: the cache)")
     args = p.parse_args(argv)
 
     cache = cache_dir()
+    work = args.work_dir or cache / "local-run"
     say("1/5", "llama-server: building from llama-cpp-python==0.3.36 on first run (5-10 min), else reusing the cache")
     binary = llama_server_binary()
     say("1/5", f"llama-server: {binary}")
 
     profile = local_profile(port=args.port or free_port())
-    model_dir = cache / "local-run" / "models"
+    model_dir = work / "models"
     start = time.monotonic()
     path = fetch_through_hub(profile, source_gguf(cache), model_dir)
     say("2/5", f"fetch: {path.name} ({path.stat().st_size / 1e6:.0f} MB) verified, {time.monotonic() - start:.1f} s")
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{profile.threads} threads, prompt cache {s.cache_ram_mib} MiB, MTP {'on' if profile.mtp else 'off'}",
     )
     api_key = secrets.token_urlsafe(24)
-    server = start_server(profile, model_dir, binary=binary, api_key=api_key, workdir=cache / "local-run")
+    server = start_server(profile, model_dir, binary=binary, api_key=api_key, workdir=work)
     try:
         try:
             took = server.wait_healthy()
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         say("5/5", f"chat: {args.prompt!r} -> {profile.model.name} via the OpenAI client, with the API key")
         answer, timings, tokens, wall = chat(server.url, api_key, profile.model.name, args.prompt, args.max_tokens)
         print(f"\n{answer.strip()}\n", flush=True)
+        print("(a 270M pretrained model: it shows the serving path works, not what Qwen3.6 answers)", flush=True)
         gen = timings.get("predicted_per_second")
         gen_text = f"{gen:.1f} tok/s generation (server timings)" if gen else "no server timings"
         print(f"{tokens} tokens in {wall:.2f} s: {gen_text}, {tokens / wall:.1f} tok/s end to end", flush=True)

@@ -40,10 +40,19 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 
 
 class S3Cache:
-    def __init__(self, uri: str, *, connections: int = 8, client: Any = None, region: str | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        connections: int = 8,
+        client: Any = None,
+        region: str | None = None,
+        multipart_chunk: int = 64 * MIB,
+    ) -> None:
         self.uri = uri
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.connections = connections
+        self.multipart_chunk = multipart_chunk
         if client is None:
             import boto3
             from botocore.config import Config
@@ -98,9 +107,9 @@ class S3Cache:
 
         key = self.key(repo, revision, file)
         size = path.stat().st_size
-        chunk = max(64 * MIB, -(-size // 9000))  # S3 allows 10,000 parts
+        chunk = max(self.multipart_chunk, -(-size // 9000))  # S3 allows 10,000 parts
         config = TransferConfig(
-            multipart_threshold=64 * MIB,
+            multipart_threshold=self.multipart_chunk,
             multipart_chunksize=chunk,
             max_concurrency=self.connections,
             use_threads=True,

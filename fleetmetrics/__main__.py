@@ -1,0 +1,5 @@
+import sys
+
+from fleetmetrics.cli import main
+
+sys.exit(main())

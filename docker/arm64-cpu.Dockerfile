@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # llama-server for Graviton4 (c8g, Neoverse V2), CPU only, plus the launcher. Build on a native arm64 host
 # (CodeBuild ARM_CONTAINER); the build context is the repository root. See docker/README.md.
 ARG BASE_IMAGE=docker.io/library/ubuntu:24.04
@@ -47,6 +46,7 @@ COPY --from=build /out/llama-server /usr/local/bin/llama-server
 COPY catalog /opt/qwen36/catalog
 COPY modelfetch /opt/qwen36/modelfetch
 COPY launcher /opt/qwen36/launcher
+COPY fleetmetrics /opt/qwen36/fleetmetrics
 ENV PATH=/opt/qwen36/venv/bin:${PATH} PYTHONPATH=/opt/qwen36 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /opt/qwen36

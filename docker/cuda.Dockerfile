@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # llama-server for the g5's NVIDIA A10G (sm_86) with CUDA, plus the launcher. Build on an x86-64 host; no GPU
 # is needed to compile. The host needs an NVIDIA driver for CUDA 12 (>= 525; the Deep Learning Base AMI
 # ships it) and the container toolkit (`docker run --gpus all`). The build context is the repository root.
@@ -24,13 +23,15 @@ RUN python3 /usr/local/bin/fetch-llama-source --index-url "${PIP_INDEX_URL}" \
       --version "${LLAMA_CPP_PYTHON_VERSION}" --sha256 "${LLAMA_CPP_PYTHON_SHA256}" --dest /src/llama.cpp
 WORKDIR /src/llama.cpp
 # GGML_NATIVE=OFF: the host code must not depend on the build machine's CPU (g5 runs AMD EPYC, AVX2).
+# nvcc needs about 2.5 GB per job on the flash-attention kernels: jobs are capped by available memory.
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
       -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" -DGGML_NATIVE=OFF \
       -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_BUILD_NUMBER="${LLAMA_CPP_BUILD}" -DLLAMA_BUILD_COMMIT="${LLAMA_CPP_COMMIT}" \
       -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined \
- && cmake --build build --target llama-server -j"$(nproc)" \
+ && jobs=$(awk -v n="$(nproc)" '/^MemAvailable/ { j = int($2 / 2500000); print (j < 1 ? 1 : (j < n ? j : n)) }' /proc/meminfo) \
+ && cmake --build build --target llama-server -j"${jobs}" \
  && install -D -m 0755 build/bin/llama-server /out/llama-server
 
 FROM ${RUNTIME_IMAGE} AS runtime
@@ -50,6 +51,7 @@ COPY --from=build /out/llama-server /usr/local/bin/llama-server
 COPY catalog /opt/qwen36/catalog
 COPY modelfetch /opt/qwen36/modelfetch
 COPY launcher /opt/qwen36/launcher
+COPY fleetmetrics /opt/qwen36/fleetmetrics
 ENV PATH=/opt/qwen36/venv/bin:${PATH} PYTHONPATH=/opt/qwen36 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /opt/qwen36

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # llama-server for Intel c8i (Xeon with AVX-512 and AMX), CPU only, plus the launcher. Build on an x86-64
 # host (CodeBuild LINUX_CONTAINER); the build context is the repository root. See docker/README.md.
 ARG BASE_IMAGE=docker.io/library/ubuntu:24.04
@@ -54,6 +53,7 @@ RUN ln -s /opt/llama.cpp/llama-server /usr/local/bin/llama-server \
 COPY catalog /opt/qwen36/catalog
 COPY modelfetch /opt/qwen36/modelfetch
 COPY launcher /opt/qwen36/launcher
+COPY fleetmetrics /opt/qwen36/fleetmetrics
 ENV PATH=/opt/qwen36/venv/bin:${PATH} PYTHONPATH=/opt/qwen36 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /opt/qwen36

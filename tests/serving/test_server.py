@@ -93,7 +93,7 @@ def _deferred(url: str, key: str) -> int:
 def test_requests_beyond_the_slot_count_queue_and_all_complete(serving_process):
     url, key = serving_process.url, serving_process.api_key
     slots = local_profile().server.parallel
-    n = slots * 3
+    n = slots + 3
     max_deferred = 0
     done = threading.Event()
 
@@ -101,14 +101,14 @@ def test_requests_beyond_the_slot_count_queue_and_all_complete(serving_process):
         nonlocal max_deferred
         while not done.is_set():
             max_deferred = max(max_deferred, _deferred(url, key))
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
         with ThreadPoolExecutor(n) as pool:
             prompts = [f"Count from {i} to {i + 20}." for i in range(n)]
-            results = list(pool.map(lambda p: _post(f"{url}/v1/chat/completions", _chat_body(p, 48), key), prompts))
+            results = list(pool.map(lambda p: _post(f"{url}/v1/chat/completions", _chat_body(p, 16), key), prompts))
     finally:
         done.set()
         watcher.join()

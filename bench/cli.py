@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from dataclasses import asdict
@@ -21,6 +22,13 @@ RESULTS_DIR = Path("results/local")
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def _positive(text: str) -> int:
@@ -131,7 +139,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     desc = method.describe(
         max_tokens=a.max_tokens, repetitions=a.repetitions, warmup=a.warmup, concurrency=a.concurrency
     )
-    started = _now()
+    started, load_start = _now(), _loadavg()
     mode = "one request at a time" if a.concurrency is None else f"{a.concurrency} streaming clients"
     log(
         f"benchmarking {served} at {a.endpoint} ({a.profile}): {mode}, max_tokens {a.max_tokens}, "
@@ -178,7 +186,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         "started_at": started,
         "finished_at": _now(),
         "method": desc,
-        "harness": {"python": platform.python_version(), "openai": openai_version},
+        "harness": {
+            "python": platform.python_version(),
+            "openai": openai_version,
+            # 1-minute load average of the client machine: on a shared or local host, contention shows here.
+            "client_loadavg_1m": [load_start, _loadavg()],
+            "client_cpus": os.cpu_count(),
+        },
         "runs": rows,
         "summary": summary,
     }

@@ -1,0 +1,42 @@
+"""docs/benchmark.md shows what the commands print: regenerate it when they change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import recommend, results, tables
+from bench.cli import main
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "benchmark.md").read_text(encoding="utf-8")
+REPORT = results.load()
+
+
+@pytest.mark.parametrize(
+    "table",
+    [tables.full_data, tables.mtp_effect, tables.platform_comparison, tables.moe_vs_dense],
+    ids=["5.1", "5.2", "5.3", "5.4"],
+)
+def test_the_docs_show_the_report_tables_as_printed(table) -> None:
+    assert table(REPORT) in DOC
+
+
+def test_the_docs_show_the_cost_table_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost"]) == 0
+    assert capsys.readouterr().out.split("\n\n")[0].strip() in DOC
+
+
+def test_the_docs_show_every_deploy_line_and_the_cost_first_answer() -> None:
+    r = recommend.recommend(gpu_quota=False, priority="cost", figures=REPORT)
+    assert recommend.render(r) in DOC
+    for stack in ("GpuMtpStack", "GravitonMoeStack"):
+        assert f"`npx cdk deploy {stack}`" in DOC
+
+
+def test_the_docs_images_exist_and_are_small() -> None:
+    img = Path(__file__).resolve().parents[2] / "docs" / "img"
+    for line in DOC.splitlines():
+        if line.startswith("![") and "](img/" in line:
+            path = img / line.split("](img/")[1].rstrip(")")
+            assert path.is_file() and path.stat().st_size < 150_000, path

@@ -81,7 +81,7 @@ def chat(url: str, api_key: str, model: str, prompt: str, max_tokens: int) -> tu
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m launcher.local", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompt", default="What is the capital of France?")
+    p.add_argument("--prompt", default="The capital of France is")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
     p.add_argument("--work-dir", type=Path, help="fetched model, profile and server log (default: the cache)")

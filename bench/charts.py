@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
 from bench import cost  # noqa: E402
 from bench.results import Measurement, Results  # noqa: E402
+from bench.runner import harness_generation_rate  # noqa: E402
 from bench.tables import best_per_instance, family_prefix, mtp_effects, on_off, short_model  # noqa: E402
 
 OFF_COLOR, ON_COLOR = "#4C72B0", "#DD8452"
@@ -85,7 +86,7 @@ def platform(results: Results, path: Path) -> Path:
                 values.append(m.effective_tok_s)
                 positions.append(i - 0.4 + width * (k + 0.5))
         bars = ax.bar(positions, values, width, label=instance, color=PALETTE[k % len(PALETTE)])
-        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+        ax.bar_label(bars, fmt="%.2f", fontsize=6)
     names = []
     for model, mtp in configs:
         sample = next(m for m in results.measurements if (m.model, m.mtp) == (model, mtp))
@@ -148,6 +149,35 @@ def concurrency(results: Results, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def harness_vs_server(results: Results, path: Path) -> Path | None:
+    """Per measured request: effective tok/s, the harness's generation rate and the server's, side by side."""
+    runs = [(doc, r) for doc in results.sequential for r in doc["runs"] if not r["warmup"] and r["timings"]]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    width = 0.27
+    series = [
+        ("effective (tokens / wall, prompt included)", [r["effective_tok_s"] for _, r in runs], OFF_COLOR),
+        (
+            "harness generation (server's tokens / (wall - prompt_ms))",
+            [harness_generation_rate(r["wall_s"], r["timings"]) or 0.0 for _, r in runs],
+            "#55A868",
+        ),
+        ("server predicted_per_second", [r["timings"]["predicted_per_second"] for _, r in runs], ON_COLOR),
+    ]
+    for k, (label, values, color) in enumerate(series):
+        bars = ax.bar([i + (k - 1) * width for i in range(len(runs))], values, width, label=label, color=color)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    many = len(results.sequential) > 1
+    names = [f"{doc.get('profile')}\nrun {n + 1}" if many else f"run {n + 1}" for n, (doc, _) in enumerate(runs)]
+    ax.set_xticks(range(len(runs)), names, fontsize=8)
+    ax.set_ylabel("tok/s")
+    ax.set_title(f"Harness clock vs llama-server timings ({runs[0][0].get('model')})")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.margins(y=0.15)
+    return _save(fig, path)
+
+
 def render_all(results: Results, out_dir: str | Path, *, utilization: float = 1.0) -> list[Path]:
     """Every chart the results support; returns the files written."""
     out = Path(out_dir)
@@ -159,6 +189,7 @@ def render_all(results: Results, out_dir: str | Path, *, utilization: float = 1.
             mtp_effect(results, out / "mtp-effect.png"),
             platform(results, out / "platform.png"),
             cost_chart(results, out / "cost.png", utilization=utilization),
+            harness_vs_server(results, out / "harness-vs-server.png"),
         ]
     written.append(concurrency(results, out / "concurrency.png"))
     return [p for p in written if p is not None]

@@ -50,6 +50,7 @@ class Estimate:
 class Results:
     measurements: list[Measurement] = field(default_factory=list)
     concurrency: list[dict[str, Any]] = field(default_factory=list)  # concurrency documents as written
+    sequential: list[dict[str, Any]] = field(default_factory=list)  # measured run documents as written (not published)
     published_mtp_change_pct: dict[tuple[str, str], float] = field(default_factory=dict)
     estimates: list[Estimate] = field(default_factory=list)
 
@@ -104,6 +105,8 @@ def _add_run(out: Results, doc: dict[str, Any], where: str) -> None:
     if doc.get("kind") == "concurrency":
         out.concurrency.append(doc)
         return
+    if doc.get("kind") == "sequential":
+        out.sequential.append(doc)
     s = doc["summary"]
     out.measurements.append(
         Measurement(

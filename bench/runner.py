@@ -4,7 +4,9 @@ Definitions (also in docs/benchmark.md):
 - total time: wall clock around one request, as the client sees it (HTTP and JSON included).
 - effective tok/s: completion tokens / total time (prompt processing included, as in the report).
 - server time: timings.prompt_ms + timings.predicted_ms; harness overhead = total time - server time.
-- harness generation rate: predicted_n / (total time - prompt_ms), to compare with timings.predicted_per_second.
+- generation-phase tokens: predicted_per_second * predicted_ms / 1000, the server's own count (llama-server's
+  rate excludes the first token, which prompt processing produces: predicted_n - 1 in the pinned build).
+- harness generation rate: generation-phase tokens / (total time - prompt_ms), to set against predicted_per_second.
 - TTFT: request sent to the first streamed text (answer or reasoning); ITL: (last text - first text) /
   (completion tokens - 1).
 """
@@ -33,6 +35,17 @@ def _extra(obj: Any) -> dict[str, Any]:
 
 def _acceptance(draft_n: float, accepted: float) -> float | None:
     return accepted / draft_n if draft_n else None
+
+
+def generation_tokens(timings: dict[str, Any]) -> float:
+    """Tokens llama-server's predicted_per_second counts over predicted_ms (the first token is not one of them)."""
+    return float(timings.get("predicted_per_second", 0.0)) * float(timings.get("predicted_ms", 0.0)) / 1000
+
+
+def harness_generation_rate(wall_s: float, timings: dict[str, Any]) -> float | None:
+    """The server's generation rate as the harness's clock sees it: overhead lands in the denominator."""
+    generating_s = wall_s - float(timings.get("prompt_ms", 0.0)) / 1000
+    return generation_tokens(timings) / generating_s if timings and generating_s > 0 else None
 
 
 def _timing_fields(wall: float, completion: int, timings: dict[str, Any]) -> dict[str, Any]:
@@ -141,13 +154,14 @@ def summarize_sequential(rows: list[dict[str, Any]]) -> dict[str, Any]:
         prompt_ms = sum(x.get("prompt_ms", 0.0) for x in t)
         predicted_n = sum(x.get("predicted_n", 0) for x in t)
         predicted_ms = sum(x.get("predicted_ms", 0.0) for x in t)
+        generated = sum(generation_tokens(x) for x in t)
         draft_n = sum(x.get("draft_n", 0) for x in t)
         accepted = sum(x.get("draft_n_accepted", 0) for x in t)
         server_s = (prompt_ms + predicted_ms) / 1000
         out.update(
             {
                 "prompt_per_second": prompt_n / prompt_ms * 1000 if prompt_ms else None,
-                "predicted_per_second": predicted_n / predicted_ms * 1000 if predicted_ms else None,
+                "predicted_per_second": generated / predicted_ms * 1000 if predicted_ms else None,
                 "draft_n": draft_n,
                 "draft_n_accepted": accepted,
                 "draft_acceptance": _acceptance(draft_n, accepted),
@@ -155,9 +169,7 @@ def summarize_sequential(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "server_time_s": server_s / n,
                 "harness_overhead_ms": (wall - server_s) * 1000 / n,
                 "harness_overhead_pct": (wall / server_s - 1) * 100 if server_s else None,
-                "harness_generation_tok_s": predicted_n / (wall - prompt_ms / 1000)
-                if wall > prompt_ms / 1000
-                else None,
+                "harness_generation_tok_s": generated / (wall - prompt_ms / 1000) if wall > prompt_ms / 1000 else None,
                 "server_effective_tok_s": predicted_n / server_s if server_s else None,
             }
         )

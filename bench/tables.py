@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from bench import cost
 from bench.results import Measurement, Results
+from bench.runner import harness_generation_rate
 from catalog import HARDWARE, Architecture
 
 TOK_S_ROUNDING = 0.005  # the report prints tok/s with two decimals
@@ -298,6 +299,40 @@ def concurrency_table(results: Results) -> str:
     return markdown(header, rows)
 
 
+def per_run(results: Results) -> str:
+    """Every measured request of measured results: the harness's clock next to the server's timings."""
+    rows = []
+    for doc in results.sequential:
+        for r in (r for r in doc["runs"] if not r["warmup"]):
+            t = r["timings"]
+            harness = harness_generation_rate(r["wall_s"], t)
+            rows.append(
+                [
+                    doc.get("profile") or NONE,
+                    str(r["index"] - doc["method"]["warmup"] + 1),
+                    str(r["completion_tokens"]),
+                    f"{r['wall_s']:.2f}",
+                    f"{r['effective_tok_s']:.2f}",
+                    f"{t['prompt_per_second']:.1f}" if t else NONE,
+                    f"{t['predicted_per_second']:.2f}" if t else NONE,
+                    f"{harness:.2f}" if harness else NONE,
+                    f"{r['overhead_ms']:.1f}" if r["overhead_ms"] is not None else NONE,
+                ]
+            )
+    header = [
+        "Profile",
+        "Run",
+        "Tokens",
+        "Total time (s)",
+        "Effective tok/s",
+        "Server prompt tok/s",
+        "Server generation tok/s",
+        "Harness generation tok/s",
+        "Harness overhead (ms)",
+    ]
+    return markdown(header, rows)
+
+
 def report(results: Results, *, utilization: float = 1.0) -> str:
     parts = []
     if results.measurements:
@@ -313,6 +348,8 @@ def report(results: Results, *, utilization: float = 1.0) -> str:
             "## 8 Cost",
             cost_table(results, utilization=utilization),
         ]
+    if results.sequential:
+        parts += ["## Every measured request", per_run(results)]
     if results.concurrency:
         parts += ["## Concurrency", concurrency_table(results)]
     return "\n\n".join(parts) + "\n"

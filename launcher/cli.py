@@ -46,7 +46,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def fetch(args: argparse.Namespace) -> int:
-    import modelfetch  # urllib3 and boto3 load only when fetching
+    import modelfetch
 
     profile = load_profile(args.profile)
     path = modelfetch.fetch_model(

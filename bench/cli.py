@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
         "--api-key", help="API key (visible in the process list; prefer LLAMA_API_KEY or --api-key-secret)"
     )
     key.add_argument("--api-key-secret", metavar="SECRET_ID", help="read the API key from AWS Secrets Manager")
-    run.add_argument("--region", help="AWS region for --api-key-secret (default: the boto3 configuration)")
+    run.add_argument("--region", help="AWS region for --api-key-secret (default: the ARN's, else boto3's)")
     run.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
@@ -304,11 +304,12 @@ COMMANDS = {"run": cmd_run, "report": cmd_report, "cost": cmd_cost, "recommend":
 
 
 def main(argv: list[str] | None = None) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
     from openai import OpenAIError
 
     args = parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, OSError, OpenAIError) as exc:
+    except (ValueError, OSError, OpenAIError, BotoCoreError, ClientError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

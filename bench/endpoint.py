@@ -25,6 +25,7 @@ def secret_api_key(secret_id: str, *, region: str | None = None) -> str:
     """The API key from Secrets Manager: a plain string, or a JSON object with one of _KEY_FIELDS (or one value)."""
     import boto3
 
+    region = region or secret_region(secret_id)
     value = boto3.client("secretsmanager", region_name=region).get_secret_value(SecretId=secret_id)["SecretString"]
     try:
         doc = json.loads(value)
@@ -38,6 +39,12 @@ def secret_api_key(secret_id: str, *, region: str | None = None) -> str:
             return str(next(iter(doc.values())))
         raise ValueError(f"secret {secret_id!r} is a JSON object without one of {_KEY_FIELDS}")
     return str(doc)
+
+
+def secret_region(secret_id: str) -> str | None:
+    """The region inside a secret ARN (the stack's ApiKeySecretArn output), so --region is rarely needed."""
+    parts = secret_id.split(":")
+    return parts[3] if len(parts) > 3 and parts[0] == "arn" and parts[3] else None
 
 
 def resolve_api_key(*, api_key: str | None, secret_id: str | None, region: str | None) -> str:

@@ -117,3 +117,24 @@ def test_labels_come_from_the_catalog() -> None:
     assert endpoint.resolve_label("gpu-mtp").mtp is True
     assert endpoint.resolve_label("local-intel-moe").instance_type == "local"
     assert endpoint.resolve_label("my-own").model is None
+
+
+def test_the_region_comes_from_a_secret_arn() -> None:
+    arn = "arn:aws-cn:secretsmanager:cn-northwest-1:123456789012:secret:ApiKey-AbCdEf"
+    assert endpoint.secret_region(arn) == "cn-northwest-1"
+    assert endpoint.secret_region("qwen36/api-key") is None
+
+
+def test_a_secret_arn_needs_no_region_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    with mock_aws():
+        arn = boto3.client("secretsmanager", region_name="cn-northwest-1").create_secret(
+            Name="ApiKey", SecretString="plain-key"
+        )["ARN"]
+        assert endpoint.secret_api_key(arn) == "plain-key"

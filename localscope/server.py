@@ -401,6 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         reset_at = faults.reset_after_bytes if faults.reset_every and n % faults.reset_every == 0 else None
         sent = 0
+        t_body = time.monotonic()
         try:
             sent = self._send_body(source, start, length, reset_at)
         except _Reset:
@@ -411,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._record("download", status, injected="client-gone")
             self.close_connection = True
             return
-        self._record("download", status, sent=sent)
+        self._record("download", status, sent=sent, start=t_body, seconds=time.monotonic() - t_body)
 
     def _send_body(self, source: Path, start: int, length: int, reset_at: int | None) -> int:
         faults = self.scope.faults

@@ -24,6 +24,7 @@ from typing import Any
 from modelfetch.errors import FetchError
 from modelfetch.fetch import FileSpec, fetch_file
 from modelfetch.modelscope import DEFAULT_ENDPOINT
+from modelfetch.progress import human_bytes
 from modelfetch.ranged import MIB
 
 log = logging.getLogger("modelfetch")
@@ -92,10 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         log.error("%s", problem)
         return EXIT_MISMATCH
-    log.info(
-        "%s ready: %s, %s MTP layers, from %s", result.path, summary["architecture"],
-        summary["nextn_predict_layers"], result.source,
-    )  # fmt: skip
+    if result.gguf is not None:
+        log.info("%s ready (%s from %s): GGUF %s, nextn_predict_layers %d", result.path, human_bytes(result.size),
+                 result.source, result.gguf.architecture, result.gguf.nextn_predict_layers)  # fmt: skip
+    else:
+        log.info("%s ready (%s from %s); not a GGUF file", result.path, human_bytes(result.size), result.source)
     return 0
 
 

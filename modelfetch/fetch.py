@@ -19,7 +19,7 @@ from modelfetch import gguf
 from modelfetch.errors import DiskSpaceError, FetchError, IntegrityError, NotFoundError
 from modelfetch.modelscope import ModelScope, resolve_endpoint
 from modelfetch.progress import Progress, human_bytes
-from modelfetch.ranged import DEFAULT_PART_SIZE, RangedDownload, RangeSource, partial_path
+from modelfetch.ranged import DEFAULT_PART_SIZE, DownloadStats, RangedDownload, RangeSource, partial_path
 from modelfetch.retry import RetryPolicy
 from modelfetch.s3cache import CachedObject, S3Cache
 
@@ -68,6 +68,7 @@ class FetchResult:
     transferred: int  # bytes received in this run
     resumed: int  # bytes kept from an interrupted run
     seconds: float
+    verified_s: float  # download and hash only (no final fsync, no upload)
     cached_to: str | None  # s3:// URI written back, if any
     gguf: gguf.GGUFSummary | None
 
@@ -81,6 +82,7 @@ class FetchResult:
             "transferred": self.transferred,
             "resumed": self.resumed,
             "seconds": round(self.seconds, 2),
+            "verified_seconds": round(self.verified_s, 2),
             "mb_per_s": round(self.transferred / self.seconds / 1e6, 1) if self.seconds > 0 else None,
             "cached_to": self.cached_to,
             "architecture": g.architecture if g else None,
@@ -145,7 +147,7 @@ def fetch_file(
         done = _already_verified(target, spec)
         if done is not None:
             log.info("%s is already verified (sha256 %s); nothing to fetch", target, done[1])
-            return _result(target, done[0], done[1], "local", 0, 0, t0, None)
+            return _result(target, done[0], done[1], "local", None, t0, None)
 
         _check_space(target, spec.size or spec.size_estimate, free_space)
 
@@ -183,7 +185,7 @@ def fetch_file(
                 log.info("fetching %s from the S3 cache s3://%s/%s", spec.file, obj.bucket, obj.key)
                 try:
                     dl = download(cache.source(obj), obj.size, sha)
-                    return _result(target, obj.size, sha, "s3", dl.stats.transferred, dl.stats.resumed, t0, None)
+                    return _result(target, obj.size, sha, "s3", dl, t0, None)
                 except DiskSpaceError:
                     raise
                 except FetchError as e:
@@ -205,19 +207,22 @@ def fetch_file(
                 log.info("uploaded %s to %s in %.0f s", target.name, cached_to, time.monotonic() - t_up)
             except Exception as e:  # noqa: BLE001 - the model is fine; the cache is an optimisation
                 log.warning("could not upload %s to the S3 cache %s: %s", target.name, cache.uri, e)
-        return _result(target, size, sha, "modelscope", dl.stats.transferred, dl.stats.resumed, t0, cached_to)
+        return _result(target, size, sha, "modelscope", dl, t0, cached_to)
 
 
 # --- helpers -------------------------------------------------------------------------------------------------------
 def _result(
-    target: Path, size: int, sha: str, source: str, transferred: int, resumed: int, t0: float, cached_to: str | None
+    target: Path, size: int, sha: str, source: str, dl: RangedDownload | None, t0: float, cached_to: str | None
 ) -> FetchResult:
     if source != "local":
         _write_marker(target, sha)
     summary = None
     with contextlib.suppress(OSError, gguf.GGUFError):
         summary = gguf.summarize(target)
-    return FetchResult(target, size, sha, source, transferred, resumed, time.monotonic() - t0, cached_to, summary)
+    st = dl.stats if dl is not None else DownloadStats()
+    return FetchResult(
+        target, size, sha, source, st.transferred, st.resumed, time.monotonic() - t0, st.verified_s, cached_to, summary
+    )
 
 
 def _cache_matches(obj: CachedObject, spec: FileSpec) -> bool:

@@ -6,9 +6,11 @@ How the pieces fit:
 - One hasher thread feeds sha256 with the contiguous prefix of the file that is already written, reading it back
   with `preadv` while it is still in the page cache (the workers run at most a few parts ahead of it), so the
   20 GB are never read a second time from disk and nothing large is held in memory.
-- Every second the monitor thread snapshots how many bytes of each part are written, `fdatasync`s the file and
-  replaces `<name>.partial.state` (JSON). After a kill or a reset, a new run resumes every part where its last
-  synced byte ended: nothing already on disk is downloaded again.
+- Every second the monitor thread replaces `<name>.partial.state` (JSON) with how many bytes of each part are
+  written. A killed process loses nothing the kernel already has, so a new run on the same boot resumes every part
+  where it stopped: nothing already on disk is downloaded again. Every 30 s the monitor also `fdatasync`s the file
+  and records that snapshot as `synced`; after a reboot (a different kernel boot id) only `synced` is trusted.
+  Syncing every second instead cost 15% of throughput at 400 MB/s and protects only against power loss.
 - sha256 state cannot be saved (hashlib objects do not serialise), so a resumed run hashes the prefix already on
   disk once, at disk speed, while the workers download the rest. A second read of the part already present is far
   cheaper than any download and keeps the on-disk state simple and robust.
@@ -65,7 +67,8 @@ def state_path(target: Path) -> Path:
 class DownloadStats:
     transferred: int = 0  # bytes received in this run
     resumed: int = 0  # bytes already on disk when this run started
-    seconds: float = 0.0
+    seconds: float = 0.0  # until the verified file had its final name
+    verified_s: float = 0.0  # until the last byte was received and hashed (network and hashing only)
     attempts: int = 0  # full passes (more than one after a sha256 mismatch)
 
 
@@ -84,6 +87,7 @@ class RangedDownload:
         verify_attempts: int = 2,
         on_progress: Callable[[int, int], None] | None = None,
         state_every_s: float = 1.0,
+        sync_every_s: float = 30.0,
     ) -> None:
         if size < 0 or connections < 1 or part_size < 1:
             raise ValueError("size >= 0, connections >= 1 and part_size >= 1 are required")
@@ -96,6 +100,7 @@ class RangedDownload:
         self.verify_attempts = verify_attempts
         self.on_progress = on_progress
         self.state_every_s = state_every_s
+        self.sync_every_s = sync_every_s
         self.stats = DownloadStats()
 
     # --- public --------------------------------------------------------------------------------------------------
@@ -107,6 +112,7 @@ class RangedDownload:
             if attempt == 1:
                 self.stats.resumed = one.start_bytes
             digest = one.run()
+            self.stats.verified_s = time.monotonic() - t0
             if digest == self.sha256:
                 self._finish()
                 self.stats.seconds = time.monotonic() - t0
@@ -175,6 +181,7 @@ class _Pass:
         self.hasher = hashlib.sha256()
         self.digest: str | None = None
         self.start_bytes = sum(self.written)
+        self.synced: dict[str, int] = {str(i): n for i, n in enumerate(self.written) if n} if saved else {}
 
     # --- orchestration -------------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -202,7 +209,7 @@ class _Pass:
                     self.cond.notify_all()
                 for t in [*threads, hasher]:
                     t.join(timeout=10)
-                self._save_state()
+                self._save_state(sync=True)  # SIGTERM often means the instance is going down
                 raise
             if self.error is not None:
                 raise self.error
@@ -225,7 +232,7 @@ class _Pass:
         return run
 
     def _monitor(self, workers: list[threading.Thread], hasher: threading.Thread) -> None:
-        last_state = time.monotonic()
+        last_state = last_sync = time.monotonic()
         while True:
             hasher.join(timeout=0.25)
             self._report()
@@ -233,14 +240,18 @@ class _Pass:
                 break
             if self.abort.is_set():
                 break
-            if time.monotonic() - last_state >= self.dl.state_every_s:
+            now = time.monotonic()
+            if now - last_sync >= self.dl.sync_every_s:
+                self._save_state(sync=True)
+                last_sync = last_state = time.monotonic()
+            elif now - last_state >= self.dl.state_every_s:
                 self._save_state()
-                last_state = time.monotonic()
+                last_state = now
         for t in workers:
             t.join()
         hasher.join()
         if self.error is not None:
-            self._save_state()
+            self._save_state(sync=True)
             raise self.error
 
     def _report(self) -> None:
@@ -333,19 +344,23 @@ class _Pass:
         self.digest = self.hasher.hexdigest()
 
     # --- state ---------------------------------------------------------------------------------------------------
-    def _save_state(self) -> None:
+    def _save_state(self, *, sync: bool = False) -> None:
         with self.lock:
             snapshot = {str(i): n for i, n in enumerate(self.written) if n}
-        try:
-            os.fdatasync(self.fd)  # the bytes the state counts must be on disk before the state says so
-        except OSError:
-            return
+        if sync:
+            try:
+                os.fdatasync(self.fd)  # what `synced` counts must be on disk before the state says so
+                self.synced = snapshot
+            except OSError:
+                pass
         body = {
             "format": STATE_FORMAT,
             "size": self.dl.size,
             "sha256": self.dl.sha256,
             "part_size": self.part_size,
-            "written": snapshot,
+            "boot_id": _boot_id(),
+            "written": snapshot,  # valid while the machine has not rebooted (the page cache survives a kill)
+            "synced": self.synced,  # on disk for sure: what a run after a reboot keeps
         }
         path = state_path(self.dl.target)
         tmp = path.with_name(path.name + ".tmp")
@@ -369,7 +384,11 @@ def _load_state(dl: RangedDownload) -> _SavedState | None:
             or part.stat().st_size != dl.size
         ):
             return None
-        out = _SavedState({int(k): int(v) for k, v in body["written"].items()})
+        same_boot = body.get("boot_id") == _boot_id()
+        if not same_boot:
+            log.info("the machine rebooted since %s was written; keeping only its fsynced part", part.name)
+        kept = body["written"] if same_boot else body.get("synced", {})
+        out = _SavedState({int(k): int(v) for k, v in kept.items()})
         out.part_size = int(body["part_size"])
         return out if out.part_size > 0 else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -377,6 +396,13 @@ def _load_state(dl: RangedDownload) -> _SavedState | None:
 
 
 _libc: ctypes.CDLL | None = None
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""  # not Linux: no reboot detection
 
 
 def _preallocate(fd: int, size: int) -> None:

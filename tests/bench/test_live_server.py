@@ -23,7 +23,7 @@ def bench_run(tmp_path: Path, name: str, url: str, *extra: str) -> dict:
 def sequential(local_server, tmp_path_factory: pytest.TempPathFactory) -> Path:
     url, key = local_server
     tmp = tmp_path_factory.mktemp("bench")
-    bench_run(tmp, "sequential", url, "--api-key", key, "--max-tokens", "48", "--repetitions", "2", "--warmup", "1")
+    bench_run(tmp, "sequential", url, "--api-key", key, "--max-tokens", "32", "--repetitions", "2", "--warmup", "1")
     return tmp / "sequential.json"
 
 
@@ -38,13 +38,13 @@ def test_run_writes_the_reports_method_and_the_servers_timings(sequential: Path)
     )
     assert doc["endpoint"].startswith("http://127.0.0.1:") and doc["started_at"] <= doc["finished_at"]
     assert doc["method"]["prompt"] == method.PROMPT
-    assert doc["method"] | {"max_tokens": 48} == doc["method"]
+    assert doc["method"] | {"max_tokens": 32} == doc["method"]
     assert (doc["method"]["thinking"], doc["method"]["cache_prompt"]) == (True, False)
     assert [r["warmup"] for r in doc["runs"]] == [True, False, False]
     for run in doc["runs"]:
         t = run["timings"]
         assert t["cache_n"] == 0  # the prompt cache was off for every request, even the repeated prompt
-        assert run["completion_tokens"] == t["predicted_n"] <= 48
+        assert run["completion_tokens"] == t["predicted_n"] <= 32
         assert t["prompt_per_second"] > 0 and t["predicted_per_second"] > 0
         # llama-server's generation rate leaves out the first token (prompt processing produces it)
         assert t["predicted_per_second"] == pytest.approx((t["predicted_n"] - 1) / t["predicted_ms"] * 1000)
@@ -75,7 +75,7 @@ def test_harness_overhead_is_within_2_percent_of_the_servers_timings(local_serve
     """
     url, key = local_server
     doc = bench_run(
-        tmp_path, "overhead", url, "--api-key", key, "--max-tokens", "160", "--repetitions", "3", "--warmup", "1"
+        tmp_path, "overhead", url, "--api-key", key, "--max-tokens", "96", "--repetitions", "3", "--warmup", "0"
     )
     s = doc["summary"]
     assert s["harness_generation_tok_s"] / s["predicted_per_second"] == pytest.approx(1, abs=0.02)
@@ -91,7 +91,7 @@ def test_concurrency_mode_reports_ttft_itl_and_percentiles(
     url, key = local_server
     monkeypatch.setenv("LLAMA_API_KEY", key)
     doc = bench_run(
-        tmp_path, "conc", url, "--concurrency", "3", "--repetitions", "2", "--warmup", "1", "--max-tokens", "24"
+        tmp_path, "conc", url, "--concurrency", "3", "--repetitions", "2", "--warmup", "1", "--max-tokens", "16"
     )
     progress = capsys.readouterr().err
     assert progress.count("[client ") == 6 and "[warmup 1/1]" in progress

@@ -136,6 +136,8 @@ def fetch_file(
     free_space: how free bytes are measured (tests point it at a tiny fake disk).
     """
     t0 = time.monotonic()
+    if progress:
+        _ensure_log_handler()
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / spec.local_name
@@ -165,7 +167,7 @@ def fetch_file(
             )
             bar = _progress(progress, f"{spec.local_name} <- {source.name}")
             if bar is not None:
-                dl.on_progress = lambda d, t: bar.update(d, t, source=source.name)
+                dl.on_progress = bar.update
             try:
                 with _disk_errors(target):
                     dl.run(source)
@@ -320,6 +322,16 @@ def _progress(progress: bool | Progress | None, label: str) -> Progress | None:
     if isinstance(progress, Progress):
         return progress
     return Progress(label) if progress else None
+
+
+def _ensure_log_handler() -> None:
+    """Progress lines must reach instance logs even when the caller (the launcher) configured no logging."""
+    if log.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s modelfetch %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
 
 
 @contextlib.contextmanager

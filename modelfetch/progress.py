@@ -46,8 +46,9 @@ class Progress:
         self._start_bytes: int | None = None
         self._last_log = 0.0
         self._drawn = False
+        self._logged_end = False
 
-    def update(self, done: int, total: int, *, source: str = "") -> None:
+    def update(self, done: int, total: int) -> None:
         now = time.monotonic()
         if self._start_bytes is None:
             self._start_bytes, self._t0 = done, now
@@ -64,21 +65,21 @@ class Progress:
             bar = "#" * fill + "-" * (width - fill)
             self.stream.write(
                 f"\r{self.label} [{bar}] {pct:5.1f}% {human_bytes(done)}/{human_bytes(total)} "
-                f"{rate / 1e6:7.1f} MB/s eta {eta_s} {source}\x1b[K"
+                f"{rate / 1e6:7.1f} MB/s eta {eta_s}\x1b[K"
             )
             self.stream.flush()
             self._drawn = True
-        elif now - self._last_log >= self.log_every_s or done >= total:
+        elif now - self._last_log >= self.log_every_s or (done >= total and not self._logged_end):
             self._last_log = now
+            self._logged_end = done >= total
             log.info(
-                "%s: %s of %s (%.1f%%) at %.1f MB/s, eta %s %s",
+                "%s: %s of %s (%.1f%%) at %.1f MB/s, eta %s",
                 self.label,
                 human_bytes(done),
                 human_bytes(total),
                 pct,
                 rate / 1e6,
                 eta_s,
-                source,
             )
 
     def close(self) -> None:

@@ -44,7 +44,7 @@ class Progress:
         self.log_every_s = log_every_s
         self._t0 = time.monotonic()
         self._start_bytes: int | None = None
-        self._last_log = 0.0
+        self._last_log = float("-inf")
         self._drawn = False
         self._logged_end = False
 

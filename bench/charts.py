@@ -26,7 +26,7 @@ def _label(m: Measurement, prefix: str) -> str:
 
 def _save(fig: plt.Figure, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # keeps legends placed below the axes
     plt.close(fig)
     return path
 
@@ -173,7 +173,7 @@ def harness_vs_server(results: Results, path: Path) -> Path | None:
     ax.set_xticks(range(len(runs)), names, fontsize=8)
     ax.set_ylabel("tok/s")
     ax.set_title(f"Harness clock vs llama-server timings ({runs[0][0].get('model')})")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     ax.margins(y=0.15)
     return _save(fig, path)
 

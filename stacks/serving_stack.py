@@ -17,6 +17,7 @@ from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.model_cache import ModelCache
 from stacks.monitoring import ServiceMonitoring
+from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.scaling import FleetScaling
 from userdata import BootSettings, render_user_data
@@ -35,6 +36,12 @@ class ServingStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
         self._azs = availability_zones
+        acknowledge(
+            self,
+            "CloudFormation-Validate::W3010",
+            "Zones are pinned on purpose in cdk.context.json: no lookup at synth, and the user picks zones that offer "
+            "the instance type.",
+        )
         fleet_cfg = profile.fleet
         network = ServingNetwork(
             self, "Network", cidr=fleet_cfg.vpc_cidr, max_azs=fleet_cfg.max_azs, nat_gateways=fleet_cfg.nat_gateways

@@ -89,9 +89,14 @@ class ServingProfile:
             model=ModelArtifact(**d["model"]),
             server=ServerSettings(**srv),
             image=ImageTarget(**img),
-            fleet=FleetSettings(**{**d["fleet"], "allowed_cidrs": tuple(d["fleet"]["allowed_cidrs"])}),
+            fleet=_fleet_from_json(d["fleet"]),
             description=d["description"],
         )
+
+
+def _fleet_from_json(d: dict[str, Any]) -> FleetSettings:
+    off = d.get("off_hours")
+    return FleetSettings(**{**d, "allowed_cidrs": tuple(d["allowed_cidrs"]), "off_hours": tuple(off) if off else None})
 
 
 def build_profile(
@@ -153,6 +158,10 @@ def _validate(p: ServingProfile) -> None:
         raise ProfileError(f"{where}: ctx_per_slot must be at least 512 and parallel at least 1")
     if s.threads is not None and not 1 <= s.threads <= hw.vcpus:
         raise ProfileError(f"{where}: threads={s.threads} but {hw.instance_type} has {hw.vcpus} vCPUs")
+    if p.fleet.spot and hw.has_gpu:
+        raise ProfileError(f"{where}: spot is for the CPU stacks; g5 Spot capacity in China is scarce, set spot=False")
+    if p.fleet.off_hours is not None and not all(0 <= h <= 23 for h in p.fleet.off_hours):
+        raise ProfileError(f"{where}: off_hours must be two hours 0-23 (stop, start), e.g. (20, 8)")
     if p.fleet.min_capacity > p.fleet.max_capacity:
         raise ProfileError(f"{where}: min_capacity {p.fleet.min_capacity} > max_capacity {p.fleet.max_capacity}")
     _check_memory(p)

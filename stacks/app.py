@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import aws_cdk as cdk
 
 from catalog import PROFILES, ProfileError
+from catalog.fleet import FleetSettings
 from stacks.serving_stack import ServingStack
 
 DEFAULT_REGION = "cn-northwest-1"
@@ -24,6 +26,7 @@ def build_app(context: dict[str, Any] | None = None) -> cdk.App:
         )
     certificate_arn = app.node.try_get_context("certificateArn")
     for profile in PROFILES.values():
+        profile = replace(profile, fleet=_fleet_options(app, profile.fleet, cpu_only=not profile.hardware.has_gpu))
         ServingStack(
             app,
             profile.stack_name,
@@ -33,3 +36,19 @@ def build_app(context: dict[str, Any] | None = None) -> cdk.App:
             env=cdk.Environment(account=account, region=region),
         )
     return app
+
+
+def _fleet_options(app: cdk.App, fleet: FleetSettings, *, cpu_only: bool) -> FleetSettings:
+    """Deploy-time options users set with -c: allowedCidrs=10.0.0.0/8,..., spot=true (CPU stacks), offHours=20-8."""
+    changes: dict[str, Any] = {}
+    if cidrs := app.node.try_get_context("allowedCidrs"):
+        changes["allowed_cidrs"] = tuple(c.strip() for c in str(cidrs).split(",") if c.strip())
+    if cpu_only and str(app.node.try_get_context("spot")).lower() == "true":
+        changes["spot"] = True
+    if off := app.node.try_get_context("offHours"):
+        try:
+            stop, start = (int(h) for h in str(off).split("-"))
+        except ValueError:
+            raise ProfileError(f"offHours={off!r}: write it as STOP-START hours, e.g. -c offHours=20-8") from None
+        changes["off_hours"] = (stop, start)
+    return replace(fleet, **changes)

@@ -80,12 +80,26 @@ class ServingFleet(Construct):
             detailed_monitoring=True,
         )
         boot = Duration.seconds(profile.boot_budget_s)
+        capacity: dict = {"launch_template": self.launch_template}
+        if fleet.spot:
+            # All Spot, capacity-optimized; a rebalance recommendation starts a replacement before the interruption.
+            capacity = {
+                "mixed_instances_policy": autoscaling.MixedInstancesPolicy(
+                    launch_template=self.launch_template,
+                    instances_distribution=autoscaling.InstancesDistribution(
+                        on_demand_base_capacity=0,
+                        on_demand_percentage_above_base_capacity=0,
+                        spot_allocation_strategy=autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED,
+                    ),
+                ),
+                "capacity_rebalance": True,
+            }
         self.asg = autoscaling.AutoScalingGroup(
             self,
             "Group",
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            launch_template=self.launch_template,
+            **capacity,
             min_capacity=fleet.min_capacity,
             max_capacity=fleet.max_capacity,
             desired_capacity=fleet.desired_capacity,

@@ -48,6 +48,16 @@ class FleetScaling(Construct):
             evaluation_periods=2,
             estimated_instance_warmup=warmup,
         )
+        if fleet.off_hours is not None:
+            stop, start = fleet.off_hours
+            for name, hour, low in (("OffHours", stop, 0), ("WorkHours", start, fleet.min_capacity)):
+                asg.scale_on_schedule(
+                    name,
+                    schedule=autoscaling.Schedule.cron(minute="0", hour=str(hour), week_day="MON-FRI"),
+                    time_zone="Asia/Shanghai",
+                    min_capacity=low,
+                    max_capacity=0 if low == 0 else fleet.max_capacity,
+                )
         if fleet.warm_pool_size:
             self.warm_pool = asg.add_warm_pool(
                 min_size=fleet.warm_pool_size,

@@ -9,7 +9,9 @@ import re
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from catalog import PROFILES, profile_by_stack
+from catalog import PROFILES, ProfileError, profile_by_stack
+from stacks.app import build_app
+from tests.conftest import cdk_context
 from tests.stacks.conftest import STACK_NAMES
 
 
@@ -194,3 +196,46 @@ class TestOperatingAtScale:
             assert metric in body
         assert ("DraftAcceptanceRate" in body) == p.mtp
         assert ("nvidia_smi_utilization_gpu" in body) == p.hardware.has_gpu
+
+
+class TestOptionsOffByDefault:
+    def test_defaults_are_on_demand_and_always_on(self, templates):
+        for t in templates.values():
+            props = only(t, "AWS::AutoScaling::AutoScalingGroup")
+            assert "MixedInstancesPolicy" not in props and "CapacityRebalance" not in props
+            assert not resources(t, "AWS::AutoScaling::ScheduledAction")
+
+    def test_spot_with_rebalancing_on_cpu_stacks_only(self):
+        app = build_app({**cdk_context(), "spot": "true"})
+        for name in STACK_NAMES:
+            props = only(Template.from_stack(app.node.find_child(name)), "AWS::AutoScaling::AutoScalingGroup")
+            if profile_by_stack(name).hardware.has_gpu:
+                assert "MixedInstancesPolicy" not in props
+            else:
+                dist = props["MixedInstancesPolicy"]["InstancesDistribution"]
+                assert dist["OnDemandPercentageAboveBaseCapacity"] == 0
+                assert dist["SpotAllocationStrategy"] == "capacity-optimized"
+                assert props["CapacityRebalance"] is True
+
+    def test_off_hours_schedule_scales_to_zero(self):
+        app = build_app({**cdk_context(), "offHours": "20-8"})
+        actions = resources(
+            Template.from_stack(app.node.find_child("GravitonMoeStack")), "AWS::AutoScaling::ScheduledAction"
+        )
+        by_hour = {a["Properties"]["Recurrence"]: a["Properties"] for a in actions.values()}
+        assert (
+            by_hour["0 20 * * MON-FRI"]["MaxSize"] == 0 and by_hour["0 20 * * MON-FRI"]["TimeZone"] == "Asia/Shanghai"
+        )
+        assert by_hour["0 8 * * MON-FRI"]["MinSize"] == PROFILES["graviton-moe"].fleet.min_capacity
+
+    def test_bad_off_hours_says_how_to_write_it(self):
+        with pytest.raises(ProfileError, match="offHours=20-8"):
+            build_app({**cdk_context(), "offHours": "evenings"})
+
+    def test_allowed_cidrs_replace_the_vpc_default(self):
+        app = build_app({**cdk_context(), "allowedCidrs": "10.8.0.0/16, 192.168.10.0/24"})
+        t = Template.from_stack(app.node.find_child("IntelMoeStack"))
+        sgs = [
+            r["Properties"] for k, r in resources(t, "AWS::EC2::SecurityGroup").items() if k.startswith("LoadBalancer")
+        ]
+        assert {r["CidrIp"] for r in sgs[0]["SecurityGroupIngress"]} == {"10.8.0.0/16", "192.168.10.0/24"}

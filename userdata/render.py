@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from catalog import ServingProfile
+from launcher.preflight import EX_CONFIG
 
 USER_DATA_LIMIT = 16 * 1024  # EC2 rejects larger raw user data
 CONTAINER_UID = 10001  # the non-root user in docker/*.Dockerfile
@@ -49,6 +50,7 @@ def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:
         model_dir=MODEL_DIR,
         config_dir=CONFIG_DIR,
         port=profile.server.port,
+        refusal_exit=EX_CONFIG,
     )
     if len(text.encode()) > USER_DATA_LIMIT:
         raise ValueError(f"user data is {len(text.encode())} bytes; EC2 allows {USER_DATA_LIMIT}")

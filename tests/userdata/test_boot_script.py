@@ -14,6 +14,7 @@ import jinja2
 import pytest
 
 from catalog import PROFILES
+from launcher.preflight import EX_CONFIG
 from userdata import BootSettings, render_user_data
 from userdata.render import _ENV, USER_DATA_LIMIT
 
@@ -60,6 +61,7 @@ def test_api_key_is_read_at_start_never_embedded():
     assert "ExecStartPre=/usr/local/bin/qwen36-api-key" in text
     assert "--env-file /run/qwen36/api.env" in text
     assert "Restart=on-failure" in text
+    assert f"RestartPreventExitStatus={EX_CONFIG}" in text  # the launcher's refusal: retrying won't fix it
 
 
 def test_missing_value_is_an_error_not_an_empty_string():

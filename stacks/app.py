@@ -25,6 +25,7 @@ def build_app(context: dict[str, Any] | None = None) -> cdk.App:
             "cdk.context.json (synth never looks zones up)"
         )
     certificate_arn = app.node.try_get_context("certificateArn")
+    build_args = _build_args(app.node.try_get_context("imageBuildArgs"))
     for profile in PROFILES.values():
         profile = replace(profile, fleet=_fleet_options(app, profile.fleet, cpu_only=not profile.hardware.has_gpu))
         ServingStack(
@@ -33,6 +34,7 @@ def build_app(context: dict[str, Any] | None = None) -> cdk.App:
             profile=profile,
             availability_zones=list(zones),
             certificate_arn=certificate_arn,
+            image_build_args=build_args,
             env=cdk.Environment(account=account, region=region),
         )
     return app
@@ -52,3 +54,13 @@ def _fleet_options(app: cdk.App, fleet: FleetSettings, *, cpu_only: bool) -> Fle
             raise ProfileError(f"offHours={off!r}: write it as STOP-START hours, e.g. -c offHours=20-8") from None
         changes["off_hours"] = (stop, start)
     return replace(fleet, **changes)
+
+
+def _build_args(value: Any) -> dict[str, str]:
+    """-c imageBuildArgs=PIP_INDEX_URL=https://mirror/simple,BASE_IMAGE=<ecr>/mirror/ubuntu:24.04"""
+    if not value:
+        return {}
+    pairs = [p.split("=", 1) for p in str(value).split(",") if p.strip()]
+    if any(len(p) != 2 or not p[0].strip() for p in pairs):
+        raise ProfileError(f"imageBuildArgs={value!r}: write NAME=value pairs separated by commas")
+    return {k.strip(): v.strip() for k, v in pairs}

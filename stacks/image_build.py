@@ -7,6 +7,7 @@ or to the runtime packages gives a new tag, a new launch template and a rolling 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from aws_cdk import CustomResource, Duration, IgnoreMode, RemovalPolicy, Stack
@@ -77,7 +78,9 @@ class ImageBuild(Construct):
             ignore_mode=IgnoreMode.GIT,
             exclude=["*", *(f"!{d}/" for d in BUILD_CONTEXT), "__pycache__/", "*.pyc"],
         )
-        self.image_tag = f"{target.name}-{source.asset_hash[:16]}"
+        args = " ".join(f"--build-arg {k}={v}" for k, v in sorted((build_args or {}).items()))
+        # Same context and same build arguments give the same tag, and CodeBuild skips a tag that exists.
+        self.image_tag = f"{target.name}-{hashlib.sha256((source.asset_hash + args).encode()).hexdigest()[:16]}"
         self.image_uri = self.repository.repository_uri_for_tag(self.image_tag)
         self.registry = _registry(self)
 
@@ -103,9 +106,7 @@ class ImageBuild(Construct):
                 "REPOSITORY_NAME": codebuild.BuildEnvironmentVariable(value=self.repository.repository_name),
                 "IMAGE_TAG": codebuild.BuildEnvironmentVariable(value=self.image_tag),
                 "DOCKERFILE": codebuild.BuildEnvironmentVariable(value=target.dockerfile),
-                "BUILD_ARGS": codebuild.BuildEnvironmentVariable(
-                    value=" ".join(f"--build-arg {k}={v}" for k, v in sorted((build_args or {}).items()))
-                ),
+                "BUILD_ARGS": codebuild.BuildEnvironmentVariable(value=args),
             },
             encryption_key=key,
             timeout=Duration.hours(2),

@@ -32,6 +32,7 @@ class ServingStack(Stack):
         profile: ServingProfile,
         availability_zones: list[str],
         certificate_arn: str | None = None,
+        image_build_args: dict[str, str] | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
@@ -49,7 +50,9 @@ class ServingStack(Stack):
         access_logs = AccessLogs(self, "AccessLogs")
         cache = ModelCache(self, "ModelCache", access_logs=access_logs.bucket)
         api_key = ApiKey(self, "ApiKey")
-        image = ImageBuild(self, "Image", target=profile.image, access_logs=access_logs.bucket)
+        image = ImageBuild(
+            self, "Image", target=profile.image, access_logs=access_logs.bucket, build_args=image_build_args
+        )
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )

@@ -239,3 +239,18 @@ class TestOptionsOffByDefault:
             r["Properties"] for k, r in resources(t, "AWS::EC2::SecurityGroup").items() if k.startswith("LoadBalancer")
         ]
         assert {r["CidrIp"] for r in sgs[0]["SecurityGroupIngress"]} == {"10.8.0.0/16", "192.168.10.0/24"}
+
+
+def test_image_build_args_reach_codebuild_and_change_the_tag(templates):
+    mirror = "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"
+    app = build_app({**cdk_context(), "imageBuildArgs": mirror})
+    t = Template.from_stack(app.node.find_child("GravitonMoeStack"))
+    env = {e["Name"]: e["Value"] for e in only(t, "AWS::CodeBuild::Project")["Environment"]["EnvironmentVariables"]}
+    default_env = {
+        e["Name"]: e["Value"]
+        for e in only(templates["GravitonMoeStack"], "AWS::CodeBuild::Project")["Environment"]["EnvironmentVariables"]
+    }
+    assert env["BUILD_ARGS"] == f"--build-arg {mirror}" and default_env["BUILD_ARGS"] == ""
+    assert env["IMAGE_TAG"] != default_env["IMAGE_TAG"] and env["IMAGE_TAG"].startswith("arm64-cpu-")
+    with pytest.raises(ProfileError, match="NAME=value"):
+        build_app({**cdk_context(), "imageBuildArgs": "oops"})

@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
 .PHONY: demo test test-fast test-e2e synth lint llama-server clean
 

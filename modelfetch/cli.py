@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument(
         "--endpoint", default=None, help=f"ModelScope endpoint (default $MODELSCOPE_ENDPOINT or {DEFAULT_ENDPOINT})"
     )
-    how.add_argument("--connections", type=int, default=8, help="parallel ranged connections (default 8)")
-    how.add_argument("--part-size-mib", type=int, default=16, help="range size and resume unit (default 16)")
+    how.add_argument("--connections", type=int, default=8, help="parallel connections to ModelScope (default 8)")
+    how.add_argument("--s3-connections", type=int, default=16, help="parallel GETs from the S3 cache (default 16)")
+    how.add_argument("--part-size-mib", type=int, default=16, help="MiB per ranged request (default 16)")
     how.add_argument("--require-mtp", action="store_true", help="exit 3 unless the GGUF has MTP layers")
     how.add_argument("--quiet", action="store_true", help="no progress output")
     return ap
@@ -67,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         spec, expect = _spec(a)
     except ValueError as e:
         ap.error(str(e))
-    if a.connections < 1 or a.part_size_mib < 1:
-        ap.error("--connections and --part-size-mib must be at least 1")
+    if min(a.connections, a.s3_connections, a.part_size_mib) < 1:
+        ap.error("--connections, --s3-connections and --part-size-mib must be at least 1")
     signal.signal(signal.SIGTERM, _terminate)
     try:
         result = fetch_file(
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             endpoint=a.endpoint,
             s3_cache=a.s3_cache,
             connections=a.connections,
+            s3_connections=a.s3_connections,
             part_size=a.part_size_mib * MIB,
             upload=not a.no_upload,
             progress=not a.quiet,

@@ -118,6 +118,7 @@ def fetch_file(
     endpoint: str | None = None,
     s3_cache: str | S3Cache | None = None,
     connections: int = 8,
+    s3_connections: int = 16,
     part_size: int = DEFAULT_PART_SIZE,
     upload: bool = True,
     token: str | None = None,
@@ -131,7 +132,9 @@ def fetch_file(
     endpoint: ModelScope base URL (default MODELSCOPE_ENDPOINT or https://www.modelscope.cn).
     s3_cache: s3://bucket/prefix of the in-region cache, or None. After a ModelScope download the file is
       uploaded there unless upload=False.
-    connections: parallel ranged connections; part_size: bytes per range request (also the resume unit).
+    connections: parallel ranged connections to ModelScope; s3_connections: to the cache (in-region S3 streams are
+      cheap and each runs at tens of MB/s, so more of them are needed to reach the volume's write throughput).
+    part_size: bytes per range request (also the unit the work is handed out in).
     progress: True for a bar on a terminal / log lines otherwise, False for none, or a Progress.
     free_space: how free bytes are measured (tests point it at a tiny fake disk).
     """
@@ -142,7 +145,7 @@ def fetch_file(
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / spec.local_name
     retry = retry or RetryPolicy()
-    cache = S3Cache(s3_cache, connections=connections) if isinstance(s3_cache, str) else s3_cache
+    cache = S3Cache(s3_cache, connections=s3_connections) if isinstance(s3_cache, str) else s3_cache
     hub = ModelScope(endpoint, token=token, connections=connections, retry=retry)
 
     with _lock(dest / f".{spec.local_name}.lock"):
@@ -153,7 +156,7 @@ def fetch_file(
 
         _check_space(target, spec.size or spec.size_estimate, free_space)
 
-        def download(source: RangeSource, size: int, sha256: str) -> RangedDownload:
+        def download(source: RangeSource, size: int, sha256: str, connections: int) -> RangedDownload:
             _check_space(target, size, free_space)
             dl = RangedDownload(
                 target,
@@ -186,7 +189,7 @@ def fetch_file(
                     raise FetchError(f"no sha256 for {spec.file}: pin it in the catalog or let ModelScope list it")
                 log.info("fetching %s from the S3 cache s3://%s/%s", spec.file, obj.bucket, obj.key)
                 try:
-                    dl = download(cache.source(obj), obj.size, sha)
+                    dl = download(cache.source(obj), obj.size, sha, cache.connections)
                     return _result(target, obj.size, sha, "s3", dl, t0, None)
                 except DiskSpaceError:
                     raise
@@ -198,7 +201,7 @@ def fetch_file(
         size, sha = _reconcile(spec, listed.size, listed.sha256, hub.endpoint)
         log.info("fetching %s (%s) from %s with %d connections", spec.file, human_bytes(size), hub.endpoint,
                  connections)
-        dl = download(hub.source(spec.repo, spec.revision, spec.file, size), size, sha)
+        dl = download(hub.source(spec.repo, spec.revision, spec.file, size), size, sha, connections)
 
         # 3. Write back so the next instance reads in region.
         cached_to = None

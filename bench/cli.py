@@ -1,4 +1,4 @@
-"""`python -m bench run|report|cost|recommend`."""
+"""The field report's benchmark, tables, cost model and decision tree: python -m bench run|report|cost|recommend."""
 
 from __future__ import annotations
 
@@ -72,7 +72,9 @@ def parser() -> argparse.ArgumentParser:
         help=f"catalog profile this endpoint serves, for labelling (default {DEFAULT_PROFILE})",
     )
     run.add_argument("--model", help="model id to request (default: the first one the endpoint lists)")
-    run.add_argument("--max-tokens", type=_positive, default=method.MAX_TOKENS)
+    run.add_argument(
+        "--max-tokens", type=_positive, default=method.MAX_TOKENS, help=f"default {method.MAX_TOKENS}, the report's"
+    )
     run.add_argument(
         "--repetitions",
         type=_positive,

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reset-every", type=int, default=0, help="reset every Nth download mid-body")
     ap.add_argument("--corrupt-offset", type=int, default=None, help="flip the byte at this file offset once")
     ap.add_argument("--token", default=None, help="require this access token (401 otherwise)")
+    ap.add_argument("--redirect-to", default=None, help="answer downloads with 302 to signed URLs on this base URL")
     a = ap.parse_args(argv)
     faults = Faults(
         bandwidth_bps=a.bandwidth_mbps * 1e6 if a.bandwidth_mbps else None,
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         reset_every=a.reset_every,
         corrupt_offset=a.corrupt_offset,
         token=a.token,
+        redirect_to=a.redirect_to,
     )
     hub = LocalScope(a.root, host=a.host, port=a.port, faults=faults)
     print(f"localscope serving {a.root} at {hub.url} (MODELSCOPE_ENDPOINT={hub.url})", flush=True)

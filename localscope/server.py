@@ -30,7 +30,7 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 CHUNK = 256 * 1024
 _FILES = re.compile(r"^/api/v1/models/([^/]+)/([^/]+)/repo/files$")
@@ -58,6 +58,7 @@ class Faults:
     corrupt_offset: int | None = None  # file offset whose byte is flipped in served bodies
     corrupt_times: int | None = 1  # how many bodies carry the flipped byte (None: every one)
     token: str | None = None  # when set, requests without this token answer 401
+    redirect_to: str | None = None  # base URL: the SDK download URL answers 302 to a signed URL there, like the hub
 
 
 @dataclass
@@ -255,7 +256,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _record(self, kind: str, status: int, **extra: Any) -> None:
         self.scope.stats.record(
-            kind=kind, method=self.command, path=self.path, status=status, range=self.headers.get("Range"), **extra
+            kind=kind,
+            method=self.command,
+            path=self.path,
+            status=status,
+            range=self.headers.get("Range"),
+            host=self.headers.get("Host"),
+            credentials=bool(self.headers.get("Authorization") or "m_session_id" in self.headers.get("Cookie", "")),
+            **extra,
         )
 
     # --- routing ---------------------------------------------------------------------------------------------------
@@ -269,12 +277,14 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/v1/repos/internalAccelerationInfo":
             self._record("api", 200)
             return self._json(200, _envelope({"InternalRegionQueryAddress": ""}))
-        if not self._authorized():
+        if not self._authorized() and not q.get("sig"):  # a signed storage URL needs no token
             self._record("denied", 401)
             return self._error(401, UNAUTHORIZED, "AccessToken is invalid or expired, please login again")
         if m := _FILES.match(path):
             return self._list_files(f"{m[1]}/{m[2]}", q.get("Revision", "master"), q.get("Root"))
         if m := _REPO_FILE.match(path):
+            if self.scope.faults.redirect_to:
+                return self._redirect(f"{m[1]}/{m[2]}", q.get("Revision", "master"), q.get("FilePath", ""))
             return self._download(f"{m[1]}/{m[2]}", q.get("Revision", "master"), q.get("FilePath", ""))
         if m := _RESOLVE.match(path):
             return self._download(f"{m[1]}/{m[2]}", m[3], m[4])
@@ -351,6 +361,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, _envelope({"Path": owner, "Name": name, "Id": 1, "Private": False, "Visibility": 5}))
 
     # --- bytes -----------------------------------------------------------------------------------------------------
+    def _redirect(self, repo: str, revision: str, file_path: str) -> None:
+        if not self._check_repo(repo, revision):
+            return
+        base = (self.scope.faults.redirect_to or "").rstrip("/")
+        location = f"{base}/models/{repo}/resolve/{quote(revision)}/{quote(file_path)}?sig={uuid.uuid4().hex}"
+        self._record("redirect", 302)
+        self.send_response(302)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def _download(self, repo: str, revision: str, file_path: str) -> None:
         if not self._check_repo(repo, revision):
             return

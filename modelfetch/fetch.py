@@ -156,7 +156,7 @@ def fetch_file(
 
         _check_space(target, spec.size or spec.size_estimate, free_space)
 
-        def download(source: RangeSource, size: int, sha256: str, connections: int) -> RangedDownload:
+        def download(source: RangeSource, size: int, sha256: str, connections: int, attempts: int) -> RangedDownload:
             _check_space(target, size, free_space)
             dl = RangedDownload(
                 target,
@@ -165,7 +165,7 @@ def fetch_file(
                 connections=connections,
                 part_size=part_size,
                 retry=retry,
-                verify_attempts=verify_attempts,
+                verify_attempts=attempts,
                 on_progress=None,
             )
             bar = _progress(progress, f"{spec.local_name} <- {source.name}")
@@ -189,7 +189,8 @@ def fetch_file(
                     raise FetchError(f"no sha256 for {spec.file}: pin it in the catalog or let ModelScope list it")
                 log.info("fetching %s from the S3 cache s3://%s/%s", spec.file, obj.bucket, obj.key)
                 try:
-                    dl = download(cache.source(obj), obj.size, sha, cache.connections)
+                    # One pass: a cache object with the wrong bytes stays wrong; ModelScope replaces it.
+                    dl = download(cache.source(obj), obj.size, sha, cache.connections, 1)
                     return _result(target, obj.size, sha, "s3", dl, t0, None)
                 except DiskSpaceError:
                     raise
@@ -201,7 +202,7 @@ def fetch_file(
         size, sha = _reconcile(spec, listed.size, listed.sha256, hub.endpoint)
         log.info("fetching %s (%s) from %s with %d connections", spec.file, human_bytes(size), hub.endpoint,
                  connections)
-        dl = download(hub.source(spec.repo, spec.revision, spec.file, size), size, sha, connections)
+        dl = download(hub.source(spec.repo, spec.revision, spec.file, size), size, sha, connections, verify_attempts)
 
         # 3. Write back so the next instance reads in region.
         cached_to = None

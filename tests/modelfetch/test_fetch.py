@@ -183,3 +183,20 @@ def test_catalog_size_is_only_an_estimate_when_unpinned(gemma_hub: LocalScope, t
     unpinned = replace(GEMMA3_270M, sha256=None, size_bytes=200_000_000)  # like the 27B entry
     path = fetch_model(unpinned, tmp_path, endpoint=gemma_hub.url, progress=False)
     assert sha256_of(path) == GEMMA3_270M.sha256
+
+
+def test_redirect_to_storage_like_the_hub(
+    hub: LocalScope, small_file: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ModelScope answers 302 to signed storage URLs: ranges follow the redirect, the token does not leave the hub."""
+    _, sha = small_file
+    hub.faults.token = "hub-token"
+    hub.faults.redirect_to = hub.url.replace("127.0.0.1", "localhost")  # another host name, as storage is
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN", "hub-token")
+    r = fetch_file(FileSpec(SMALL_REPO, SMALL_FILE), tmp_path, endpoint=hub.url, part_size=MIB, progress=False)
+    assert sha256_of(r.path) == sha
+    kinds = [q["kind"] for q in hub.stats.requests]
+    assert kinds.count("redirect") == 6 and len(hub.stats.downloads()) == 6  # one per 1 MiB part
+    assert all("sig=" in d["path"] and d["status"] == 206 for d in hub.stats.downloads())
+    assert all(d["host"].startswith("localhost:") and not d["credentials"] for d in hub.stats.downloads())
+    assert all(q["credentials"] for q in hub.stats.requests if q["kind"] in ("listing", "redirect"))

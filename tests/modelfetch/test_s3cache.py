@@ -88,9 +88,20 @@ def test_corrupt_cache_object_falls_back_to_modelscope(s3, hub: LocalScope, smal
     bad = bytearray(path.read_bytes())
     bad[77] ^= 1
     s3.put_object(Bucket=BUCKET, Key=key, Body=bytes(bad), Metadata={"sha256": sha})  # lies about its content
+    gets = []
+
+    class Counting:
+        def __getattr__(self, name: str):
+            return getattr(s3, name)
+
+        def get_object(self, **kw):
+            gets.append(kw["Range"])
+            return s3.get_object(**kw)
+
     r = fetch_file(FileSpec(SMALL_REPO, SMALL_FILE, sha256=sha), tmp_path, endpoint=hub.url,
-                   s3_cache=f"s3://{BUCKET}", part_size=MIB, progress=False)  # fmt: skip
+                   s3_cache=S3Cache(f"s3://{BUCKET}", client=Counting()), part_size=MIB, progress=False)  # fmt: skip
     assert r.source == "modelscope" and sha256_of(r.path) == sha
+    assert len(gets) == 6  # the bad cache copy was read once (6 parts), not downloaded a second time
     body = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
     assert hashlib.sha256(body).hexdigest() == sha  # the cache was repaired
 

@@ -336,6 +336,7 @@ def _ensure_log_handler() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s modelfetch %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
+    log.propagate = False  # a root handler configured later must not print every line twice
 
 
 @contextlib.contextmanager

@@ -36,11 +36,11 @@ INSTANCES: dict[str, InstanceIO] = {
 
 ASSUMPTIONS = {
     "boot_s": (45, "launch to user data running (assumed; AL2023 / DLAMI)"),
-    "ecr_bps": (150e6, "image pull incl. decompression from in-region ECR (assumed)"),
+    "ecr_bps": (150 * MIB, "image pull incl. decompression from in-region ECR (assumed)"),
     "modelscope_stream_bps": (15 * MIB, "one ModelScope stream (issue 3, findings.md)"),
     "modelscope_streams": (8, "modelfetch default --connections; assumes no per-client cap (open)"),
-    "s3_stream_bps": (80 * MIB, "one in-region S3 GET stream (assumed, AWS guidance ~85-90 MB/s)"),
-    "s3_streams": (16, "modelfetch --connections for the cache (user data sets it)"),
+    "s3_stream_bps": (80 * MIB, "one in-region S3 GET stream (assumed; 80-100 MB/s per stream is typical)"),
+    "s3_streams": (16, "modelfetch default --s3-connections"),
     "page_cache_bps": (4e9, "llama-server mapping weights already in the page cache (assumed)"),
     "server_init_s": (5, "llama-server context, warm-up decode (assumed)"),
 }
@@ -112,6 +112,12 @@ def fmt_s(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
 
 
+def _unit(name: str, value: float) -> str:
+    if name.endswith("_bps"):
+        return f"{value / MIB:g} MiB/s" if value < 1e9 else f"{value / 1e9:g} GB/s"
+    return f"{value:g} s" if name.endswith("_s") else f"{value:g}"
+
+
 def main() -> int:
     rows = [model(p) for p in PROFILES.values()]
     print("| profile | instance | model | volume writes at | ModelScope fetch | S3 fetch | load from | load | "
@@ -127,7 +133,7 @@ def main() -> int:
     print()
     print("Assumptions:")
     for k, (v, why) in ASSUMPTIONS.items():
-        print(f"- {k} = {v:g}: {why}")
+        print(f"- {k} = {_unit(k, v)}: {why}")
     print("- instance network / EBS burst bandwidth (AWS instance-type pages, not verified here): "
           + "; ".join(f"{k} {v.network_bps / GBIT:g} / {v.ebs_bps / GBIT:g} Gbit/s, image {v.image_bytes / 1e9:g} GB"
                       for k, v in INSTANCES.items()))  # fmt: skip

@@ -184,7 +184,7 @@ class _Pass:
         self.digest: str | None = None
         self.start_bytes = sum(self.written)
         self.writeback_from = 0
-        self.synced: dict[str, int] = {str(i): n for i, n in enumerate(self.written) if n} if saved else {}
+        self.synced: dict[str, int] = dict(saved.synced) if saved is not None else {}
 
     # --- orchestration -------------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -383,7 +383,10 @@ class _Pass:
 
 
 class _SavedState(dict):
+    """Bytes written per part index, plus the layout and the part of it known to be on disk."""
+
     part_size: int
+    synced: dict[str, int]
 
 
 def _load_state(dl: RangedDownload) -> _SavedState | None:
@@ -404,6 +407,7 @@ def _load_state(dl: RangedDownload) -> _SavedState | None:
         kept = body["written"] if same_boot else body.get("synced", {})
         out = _SavedState({int(k): int(v) for k, v in kept.items()})
         out.part_size = int(body["part_size"])
+        out.synced = {str(int(k)): int(v) for k, v in body.get("synced", {}).items()}
         return out if out.part_size > 0 else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -110,3 +110,23 @@ def test_sigterm_saves_progress(gemma_hub: LocalScope, tmp_path: Path) -> None:
     saved = json.loads(state_path(dest / GEMMA3_270M.file).read_text())
     # Saved on the way out, not just at the last one-second tick: close to what was served.
     assert sum(saved["written"].values()) >= gemma_hub.stats.bytes_sent - 4 * 2 * MIB
+
+
+def test_after_a_reboot_only_synced_progress_is_kept(
+    hub: LocalScope, small_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, sha = small_file
+    data = path.read_bytes()
+    target = tmp_path / SMALL_FILE
+    partial = bytearray(len(data))
+    partial[: 3 * MIB] = data[: 3 * MIB]
+    partial[MIB : 3 * MIB] = b"\0" * (2 * MIB)  # "written" before the reboot but never reached the disk
+    partial_path(target).write_bytes(bytes(partial))
+    state_path(target).write_text(
+        json.dumps({"format": 1, "size": len(data), "sha256": sha, "part_size": MIB, "boot_id": "an-earlier-boot",
+                    "written": {"0": MIB, "1": MIB, "2": MIB}, "synced": {"0": MIB}})
+    )  # fmt: skip
+    r = fetch_file(FileSpec(SMALL_REPO, SMALL_FILE, sha256=sha), tmp_path, endpoint=hub.url, part_size=MIB,
+                   progress=False)  # fmt: skip
+    assert (r.resumed, r.transferred) == (MIB, len(data) - MIB)
+    assert sha256_of(target) == sha

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +42,7 @@ class Run:
     cap_bps: float
     ok: bool
     verified_s: float | None = None  # modelfetch only: until the last byte was hashed (before the final fsync)
+    repetition: int = 1  # which run; in the summary table, how many runs
 
     @property
     def mbps(self) -> float:
@@ -129,6 +130,19 @@ def run_official(url: str, dest: Path, workers: int, part_mb: int, cache: Path) 
     return time.monotonic() - t0
 
 
+def _medians(runs: list[Run]) -> list[Run]:
+    """One row per tool and setting: the run with the median time (all runs must have verified)."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.tool, r.settings), []).append(r)
+    out = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda r: r.seconds)
+        median = ordered[len(ordered) // 2]
+        out.append(replace(median, ok=all(r.ok for r in group), repetition=len(group)))
+    return out
+
+
 def check(path: Path, sha: str) -> bool:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -146,6 +160,7 @@ def main() -> int:
     ap.add_argument("--part-mib", type=int, default=16, help="modelfetch part size")
     ap.add_argument("--official", default="8:32,16:32,16:160", help="official CLI runs, workers:part_mb,...")
     ap.add_argument("--skip-single", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per setting; the table shows the median")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args()
 
@@ -168,23 +183,24 @@ def main() -> int:
             runs.append(Run("single stream (urllib, sha256 while streaming)", 1, "-", s, size, cap, True))
             shutil.rmtree(d)
             print(runs[-1], flush=True)
-        for n in a.connections:
-            d = fresh(f"modelfetch-{n}")
-            s, verified = run_modelfetch(url, d, sha, size, n, a.part_mib)
-            runs.append(Run("modelfetch", n, f"--connections {n} --part-size-mib {a.part_mib}", s, size, cap,
-                            check(d / FILE, sha), verified))  # fmt: skip
-            shutil.rmtree(d)
-            print(runs[-1], flush=True)
-        for spec in filter(None, a.official.split(",")):
-            workers, part_mb = (int(x) for x in spec.split(":"))
-            d, cache = fresh(f"official-{spec}"), fresh(f"cache-{spec}")
-            s = run_official(url, d, workers, part_mb, cache)
-            runs.append(Run("modelscope download --include", workers,
-                            f"PARALLEL_WORKERS={workers} PART_SIZE_MB={part_mb}", s, size, cap,
-                            check(d / FILE, sha)))  # fmt: skip
-            shutil.rmtree(d)
-            shutil.rmtree(cache, ignore_errors=True)
-            print(runs[-1], flush=True)
+        for rep in range(1, a.repeat + 1):  # interleaved, so a busy moment on the machine hits every tool alike
+            for n in a.connections:
+                d = fresh(f"modelfetch-{n}")
+                s, verified = run_modelfetch(url, d, sha, size, n, a.part_mib)
+                runs.append(Run("modelfetch", n, f"--connections {n} --part-size-mib {a.part_mib}", s, size, cap,
+                                check(d / FILE, sha), verified, rep))  # fmt: skip
+                shutil.rmtree(d)
+                print(runs[-1], flush=True)
+            for spec in filter(None, a.official.split(",")):
+                workers, part_mb = (int(x) for x in spec.split(":"))
+                d, cache = fresh(f"official-{spec}"), fresh(f"cache-{spec}")
+                s = run_official(url, d, workers, part_mb, cache)
+                runs.append(Run("modelscope download --include", workers,
+                                f"PARALLEL_WORKERS={workers} PART_SIZE_MB={part_mb}", s, size, cap,
+                                check(d / FILE, sha), None, rep))  # fmt: skip
+                shutil.rmtree(d)
+                shutil.rmtree(cache, ignore_errors=True)
+                print(runs[-1], flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -193,15 +209,15 @@ def main() -> int:
     print(f"file {size / 1e9:.2f} GB random in {a.work}, per-connection cap {a.cap_mbps:g} MB/s, "
           f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f} at the end")  # fmt: skip
-    print("| tool | connections | settings | seconds (process start to verified file) | MB/s | share of link limit "
-          "| sha256 ok |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
-    for r in runs:
+    print("| tool | connections | settings | runs | median seconds (process start to verified file) | MB/s "
+          "| share of link limit | sha256 ok |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for r in _medians(runs):
         extra = ""
         if r.verified_s:
             extra = f" (last byte hashed at {r.verified_s:.1f} s: {r.size / r.verified_s / 1e6:.0f} MB/s, " \
                     f"{r.size / r.verified_s / (r.connections * r.cap_bps):.0%})"
-        print(f"| {r.tool} | {r.connections} | {r.settings} | {r.seconds:.1f} | {r.mbps:.0f} | "
+        print(f"| {r.tool} | {r.connections} | {r.settings} | {r.repetition} | {r.seconds:.1f} | {r.mbps:.0f} | "
               f"{r.share:.0%} of {r.connections}x{a.cap_mbps:g}{extra} | {'yes' if r.ok else 'NO'} |")  # fmt: skip
     if a.json:
         a.json.write_text(json.dumps([{**r.__dict__, "mbps": r.mbps, "share": r.share} for r in runs], indent=1))

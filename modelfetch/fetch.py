@@ -145,7 +145,7 @@ def fetch_file(
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / spec.local_name
     retry = retry or RetryPolicy()
-    cache = S3Cache(s3_cache, connections=s3_connections) if isinstance(s3_cache, str) else s3_cache
+    cache = _open_cache(s3_cache, s3_connections)
     hub = ModelScope(endpoint, token=token, connections=connections, retry=retry)
 
     with _lock(dest / f".{spec.local_name}.lock"):
@@ -229,6 +229,17 @@ def _result(
     return FetchResult(
         target, size, sha, source, st.transferred, st.resumed, time.monotonic() - t0, st.verified_s, cached_to, summary
     )
+
+
+def _open_cache(s3_cache: str | S3Cache | None, connections: int) -> S3Cache | None:
+    if not isinstance(s3_cache, str):
+        return s3_cache
+    S3Cache.check_uri(s3_cache)  # a malformed URI is the caller's mistake, not an outage
+    try:
+        return S3Cache(s3_cache, connections=connections)
+    except Exception as e:  # noqa: BLE001 - no region or no boto3 configuration: ModelScope still works
+        log.warning("S3 cache %s not usable (%s); using ModelScope only", s3_cache, e)
+        return None
 
 
 def _cache_matches(obj: CachedObject, spec: FileSpec) -> bool:

@@ -69,6 +69,10 @@ class S3Cache:
             )
         self.client = client
 
+    @staticmethod
+    def check_uri(uri: str) -> None:
+        parse_s3_uri(uri)
+
     def key(self, repo: str, revision: str, file: str) -> str:
         return "/".join(p for p in (self.prefix, repo, revision, file) if p)
 

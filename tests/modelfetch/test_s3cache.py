@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 
 from localscope import LocalScope
-from modelfetch import FileSpec, fetch_file
+from modelfetch import FetchError, FileSpec, fetch_file
 from modelfetch.ranged import MIB
 from modelfetch.s3cache import S3Cache
 from tests.modelfetch.conftest import SMALL_FILE, SMALL_REPO, sha256_of
@@ -110,3 +110,10 @@ def test_unreadable_cache_is_not_fatal(s3, hub: LocalScope, small_file: tuple[Pa
     r = fetch_file(FileSpec(SMALL_REPO, SMALL_FILE), tmp_path, endpoint=hub.url, s3_cache="s3://no-such-bucket/x",
                    progress=False)  # fmt: skip
     assert r.source == "modelscope" and r.cached_to is None and sha256_of(r.path) == small_file[1]
+
+
+def test_malformed_cache_uri_is_a_usage_error(hub: LocalScope, small_file: tuple[Path, str], tmp_path: Path) -> None:
+    with pytest.raises(FetchError, match="s3://bucket/prefix"):
+        fetch_file(FileSpec(SMALL_REPO, SMALL_FILE), tmp_path, endpoint=hub.url, s3_cache="https://bucket/models",
+                   progress=False)  # fmt: skip
+    assert hub.stats.requests == []

@@ -227,6 +227,8 @@ PROFILES: dict[str, ServingProfile] = {
                 cache_ram_mib=4096,
             ),
             image="cuda",
+            # g5.xlarge's EBS bandwidth (3.5 Gbit/s burst) caps the volume near 420 MiB/s: paying for more is waste.
+            fleet=FleetSettings(volume_throughput_mibps=500, volume_iops=3000),
             description="A10G + Qwen3.6-27B dense, MTP on: fastest single stream (47.89 tok/s, ¥22.98/M)",
         ),
     )

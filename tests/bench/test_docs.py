@@ -40,3 +40,13 @@ def test_the_docs_images_exist_and_are_small() -> None:
         if line.startswith("![") and "](img/" in line:
             path = img / line.split("](img/")[1].rstrip(")")
             assert path.is_file() and path.stat().st_size < 150_000, path
+
+
+def test_the_docs_show_the_local_run_as_report_prints_it() -> None:
+    local = results.load(sorted((Path(__file__).resolve().parents[2] / "bench" / "data" / "local-run").glob("*.json")))
+    assert len(local.sequential) == 1 and len(local.concurrency) == 1
+    for table in (tables.full_data, tables.per_run, tables.concurrency_table):
+        assert table(local) in DOC
+    s = local.sequential[0]["summary"]
+    assert s["harness_generation_tok_s"] / s["predicted_per_second"] == pytest.approx(1, abs=0.0002)
+    assert local.sequential[0]["method"]["max_tokens"] == 2048  # the report's full method

@@ -9,8 +9,6 @@ ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
 ARG LLAMA_CPP_PYTHON_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 ARG LLAMA_CPP_BUILD=11312
 ARG LLAMA_CPP_COMMIT=0c1e57098
-# CPU backends built (ggml-cpu-<name>): baseline, AVX2, AVX-512, Ice Lake, Sapphire Rapids+ (AMX), Zen 4.
-ARG GGML_CPU_VARIANTS="x64 haswell skylakex icelake sapphirerapids zen4"
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential cmake python3 ca-certificates \
@@ -19,16 +17,15 @@ COPY docker/fetch-llama-source.py /usr/local/bin/fetch-llama-source
 RUN python3 /usr/local/bin/fetch-llama-source --index-url "${PIP_INDEX_URL}" \
       --version "${LLAMA_CPP_PYTHON_VERSION}" --sha256 "${LLAMA_CPP_PYTHON_SHA256}" --dest /src/llama.cpp
 WORKDIR /src/llama.cpp
-# One CPU backend per x86 generation, chosen at start from what the CPU reports: c8i gets the
-# sapphirerapids variant (AVX-512 VNNI/BF16, AMX-INT8); other x86 instance types still run the image.
+# One CPU backend per x86 generation (14, from x64 to sapphirerapids; all are dependencies of ggml), chosen
+# at start from what the CPU reports: c8i gets sapphirerapids (AVX-512 VNNI/BF16, AMX-INT8), and the image
+# still runs on any other x86 instance type.
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
       -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DBUILD_SHARED_LIBS=ON \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_BUILD_NUMBER="${LLAMA_CPP_BUILD}" -DLLAMA_BUILD_COMMIT="${LLAMA_CPP_COMMIT}" \
- && set -- llama-server \
- && for v in ${GGML_CPU_VARIANTS}; do set -- "$@" "ggml-cpu-$v"; done \
- && cmake --build build -j"$(nproc)" --target "$@" \
+ && cmake --build build --target llama-server -j"$(nproc)" \
  && install -d /out \
  && cp -P build/bin/llama-server build/bin/*.so* /out/
 

@@ -137,7 +137,12 @@ def cmd_run(a: argparse.Namespace) -> int:
     client = make_client(
         a.endpoint, resolve_api_key(api_key=a.api_key, secret_id=a.api_key_secret, region=a.region), timeout=a.timeout
     )
-    served = a.model or served_model(client)
+    from openai import APIConnectionError
+
+    try:
+        served = a.model or served_model(client)
+    except APIConnectionError as exc:
+        raise OSError(f"cannot reach {a.endpoint}: {exc}") from exc
     desc = method.describe(
         max_tokens=a.max_tokens, repetitions=a.repetitions, warmup=a.warmup, concurrency=a.concurrency
     )

@@ -138,3 +138,10 @@ def test_a_secret_arn_needs_no_region_flag(monkeypatch: pytest.MonkeyPatch) -> N
             Name="ApiKey", SecretString="plain-key"
         )["ARN"]
         assert endpoint.secret_api_key(arn) == "plain-key"
+
+
+def test_an_unreachable_endpoint_is_named_in_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    assert main(["run", "--endpoint", "http://127.0.0.1:9", "--api-key", "k"]) == 2
+    assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err

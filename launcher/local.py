@@ -62,6 +62,19 @@ def fetch_through_hub(profile: ServingProfile, source: Path, model_dir: Path) ->
         return modelfetch.fetch_model(profile.model, model_dir, endpoint=hub.url)
 
 
+# Gemma 3 270M here is a pretrained (not instruction-tuned) model whose GGUF has no chat template, so
+# llama-server formats the chat as ChatML text; two worked examples make it answer in kind, and the stop
+# strings end the answer where the model would start writing the next turn.
+FEW_SHOT = [
+    {"role": "system", "content": "You answer questions in one short sentence."},
+    {"role": "user", "content": "What is the capital of Italy?"},
+    {"role": "assistant", "content": "Rome is the capital of Italy."},
+    {"role": "user", "content": "What is the capital of Japan?"},
+    {"role": "assistant", "content": "Tokyo is the capital of Japan."},
+]
+STOP = ["<|im_end|>", "<|im_start|>"]
+
+
 def chat(url: str, api_key: str, model: str, prompt: str, max_tokens: int) -> tuple[str, dict, int, float]:
     from openai import OpenAI
 
@@ -69,9 +82,10 @@ def chat(url: str, api_key: str, model: str, prompt: str, max_tokens: int) -> tu
     start = time.monotonic()
     resp = client.chat.completions.create(
         model=model,
-        messages=[{"role": "user", "content": prompt}],
+        messages=[*FEW_SHOT, {"role": "user", "content": prompt}],
         max_tokens=max_tokens,
         temperature=0,
+        stop=STOP,
     )
     wall = time.monotonic() - start
     timings = (resp.model_extra or {}).get("timings") or {}
@@ -81,7 +95,7 @@ def chat(url: str, api_key: str, model: str, prompt: str, max_tokens: int) -> tu
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m launcher.local", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompt", default="The capital of France is")
+    p.add_argument("--prompt", default="What is the capital of France?")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
     p.add_argument("--work-dir", type=Path, help="fetched model, profile and server log (default: the cache)")

@@ -140,6 +140,12 @@ def _headroom(
             f'model="{model}", ...) with a new stack_name) and its stack to the app, then '
             f"`npx cdk deploy <that stack>`.",
         ]
+    base_cost = _for_profile([], base, figures, utilization, source).costs[0]
+    instances = costs[0].monthly_cny / base_cost.monthly_cny
+    notes.append(
+        f"Compare: the same monthly cost buys {instances:.1f} x {base.hardware.instance_type} ({base.stack_name}), "
+        f"{base_cost.tok_s:.2f} tok/s each at {cost.money(base_cost.cny_per_million, unit='¥')} per million tokens."
+    )
     return Recommendation(
         path=path,
         instance_type=target,

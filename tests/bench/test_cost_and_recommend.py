@@ -109,6 +109,7 @@ def test_headroom_gives_c8g_8xlarge_which_has_no_stack_yet():
     assert "closest deploy: npx cdk deploy GravitonMoeStack" in text
     assert "catalog/profiles.py" in text
     assert "~¥11.66 to ¥12.96" in text
+    assert "the same monthly cost buys 2.0 x c8g.4xlarge (GravitonMoeStack), 39.34 tok/s each at ¥7.41" in text
 
 
 def test_gpu_quota_without_a_measured_gpu_profile_falls_through_to_cpu():

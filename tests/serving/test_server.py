@@ -103,7 +103,7 @@ def test_requests_beyond_the_slot_count_queue_and_all_complete(serving_process):
         while not done.is_set():
             with contextlib.suppress(OSError):  # a slow scrape under load is not what is tested
                 max_deferred = max(max_deferred, _deferred(url, key))
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     watcher = threading.Thread(target=watch)
     watcher.start()

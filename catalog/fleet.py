@@ -10,7 +10,7 @@ class FleetSettings:
     min_capacity: int = 1
     max_capacity: int = 4
     desired_capacity: int | None = None  # None: leave it to scaling
-    volume_iops: int = 6000
+    volume_iops: int = 4000  # gp3 needs 1 IOPS per 0.25 MiB/s of throughput: 4000 for 1000 MiB/s
     volume_throughput_mibps: int = 1000  # gp3 maximum: a 22 GB model reads in about 25 s
     image_headroom_gib: int = 20  # OS, container image layers, logs
     alb_idle_timeout_s: int = 600  # > the report's longest generation: 2048 tokens at 4.56 tok/s = 449 s

@@ -73,3 +73,9 @@ def test_oversized_user_data_is_refused(monkeypatch):
     big = replace(BOOT, log_group="x" * USER_DATA_LIMIT)
     with pytest.raises(ValueError, match="EC2 allows"):
         render_user_data(PROFILES["graviton-moe"], big)
+
+
+def test_containers_that_call_aws_know_their_region():
+    text = render_user_data(PROFILES["intel-moe"], BOOT)
+    assert '-e AWS_REGION="$REGION"' in text  # boto3 in the fetch container does not guess it
+    assert "--region $REGION" in text  # the metrics publisher

@@ -5,7 +5,7 @@ flags; `python -m launcher fetch` delivers the model; `python -m launcher.local`
 Runtime dependencies: the standard library, `catalog` and `modelfetch` (urllib3, boto3) only.
 """
 
-from launcher.preflight import EX_CONFIG, LaunchRefused, check_model
+from launcher.preflight import EX_CONFIG, LaunchRefused, check_gpu, check_model
 from launcher.serve import server_command, server_environment
 
-__all__ = ["EX_CONFIG", "LaunchRefused", "check_model", "server_command", "server_environment"]
+__all__ = ["EX_CONFIG", "LaunchRefused", "check_gpu", "check_model", "server_command", "server_environment"]

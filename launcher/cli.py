@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from catalog import ProfileError, ServingProfile
-from launcher.preflight import EX_CONFIG, LaunchRefused, check_model
+from launcher.preflight import EX_CONFIG, LaunchRefused, check_gpu, check_model
 from launcher.serve import describe, exec_server, resolve_binary, server_command, server_environment
 
 DEFAULT_PROFILE = "/etc/qwen36/profile.json"
@@ -35,6 +35,7 @@ def load_profile(path: str) -> ServingProfile:
 def serve(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     model_path = check_model(profile, args.model_dir)
+    check_gpu(profile)
     binary = resolve_binary(args.llama_server)
     env, dropped = server_environment(os.environ, require_api_key=not args.no_api_key)
     if dropped:

@@ -45,3 +45,13 @@ def check_model(profile: ServingProfile, model_dir: str | Path) -> Path:
             f"(sha256 {model.sha256[:12]}...); it is a different or damaged file: delete it and fetch again"
         )
     return path
+
+
+def check_gpu(profile: ServingProfile, dev: Path = Path("/dev")) -> None:
+    """A GPU profile without a visible NVIDIA device would run on the CPU, healthy and far too slow."""
+    if profile.on_gpu and not any(dev.glob("nvidia[0-9]*")):
+        raise LaunchRefused(
+            f"profile {profile.name!r} puts {profile.server.gpu_layers} layers on the GPU but no NVIDIA device is "
+            f"visible ({dev}/nvidia0): run the container with --gpus all on a host with the NVIDIA driver and "
+            "container toolkit (llama-server would silently fall back to the CPU)"
+        )

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
-from catalog import PROFILES
+import pytest
+
+from catalog import HARDWARE, PROFILES
+from catalog.images import IMAGE_TARGETS
 from launcher import EX_CONFIG
 
 GPU = PROFILES["gpu-mtp"]  # qwen35, MTP on: expects Qwen3.6-27B-Q4_K_M.gguf with MTP layers
+# The GPU profile's MTP settings on a CPU host with the RAM for them: exec-path tests on a machine without a GPU.
+GPU_SETTINGS_ON_CPU = dataclasses.replace(
+    GPU,
+    hardware=HARDWARE["c8g.4xlarge"],
+    image=IMAGE_TARGETS["arm64-cpu"],
+    server=dataclasses.replace(GPU.server, gpu_layers=0),
+)
 GRAVITON = PROFILES["graviton-moe"]  # qwen35moe, MTP off, size and sha256 pinned
 
 
@@ -68,8 +79,8 @@ def test_size_differing_from_the_pinned_artifact_is_refused(make_gguf, sentinel_
 def test_missing_api_key_is_refused_unless_allowed(make_gguf, sentinel_binary, run_launcher):
     binary, record = sentinel_binary
     path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
-    _refused(run_launcher(GPU, path.parent, binary, api_key=None), record, "LLAMA_API_KEY is not set")
-    allowed = run_launcher(GPU, path.parent, binary, api_key=None, no_api_key=True)
+    _refused(run_launcher(GPU_SETTINGS_ON_CPU, path.parent, binary, api_key=None), record, "LLAMA_API_KEY is not set")
+    allowed = run_launcher(GPU_SETTINGS_ON_CPU, path.parent, binary, api_key=None, no_api_key=True)
     assert allowed.returncode == 0, allowed.stderr
     assert record.exists()
 
@@ -87,7 +98,7 @@ def test_accepted_profile_execs_llama_server_with_catalog_flags(make_gguf, senti
     binary, record = sentinel_binary
     path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
     inherited = {"LLAMA_ARG_SPEC_TYPE": "draft-mtp", "LLAMA_ARG_N_PARALLEL": "4"}
-    result = run_launcher(GPU, path.parent, binary, api_key="s3cret-key", extra_env=inherited)
+    result = run_launcher(GPU_SETTINGS_ON_CPU, path.parent, binary, api_key="s3cret-key", extra_env=inherited)
     assert result.returncode == 0, result.stderr
     argv_text, env_text = record.read_text().split("---\n")
     argv = argv_text.splitlines()
@@ -100,6 +111,22 @@ def test_accepted_profile_execs_llama_server_with_catalog_flags(make_gguf, senti
     assert "LLAMA_ARG_" not in env_text  # nothing inherited can add settings the profile does not have
     assert "ignoring inherited LLAMA_ARG_N_PARALLEL, LLAMA_ARG_SPEC_TYPE" in result.stdout
     assert "starting llama-server for profile 'gpu-mtp'" in result.stdout
+
+
+def test_gpu_profile_without_a_visible_gpu_is_refused(make_gguf, sentinel_binary, run_launcher, tmp_path):
+    from launcher import LaunchRefused, check_gpu
+
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
+    if not any(Path("/dev").glob("nvidia[0-9]*")):  # this machine: no GPU
+        _refused(run_launcher(GPU, path.parent, binary), record, "no NVIDIA device is visible", "--gpus all")
+    fake_dev = tmp_path / "dev"
+    fake_dev.mkdir()
+    with pytest.raises(LaunchRefused):
+        check_gpu(GPU, fake_dev)
+    (fake_dev / "nvidia0").touch()
+    check_gpu(GPU, fake_dev)  # a device is visible: no refusal
+    check_gpu(PROFILES["graviton-moe"], tmp_path)  # CPU profiles never need one
 
 
 def test_cpu_profile_passes_no_speculative_flags(make_gguf, sentinel_binary, run_launcher, tmp_path):

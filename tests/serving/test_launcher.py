@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -147,3 +149,35 @@ def test_health_subcommand_without_a_server_fails(tmp_path):
     doc["server"]["port"] = 9  # discard: nothing listens
     profile.write_text(json.dumps(doc))
     assert main(["health", "--profile", str(profile), "--timeout", "1"]) == 1
+
+
+def test_benchmark_mode_turns_the_prompt_cache_off(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
+    argv = lambda: record.read_text().split("---\n")[0].splitlines()  # noqa: E731
+    assert run_launcher(GPU_SETTINGS_ON_CPU, path.parent, binary).returncode == 0
+    assert argv()[argv().index("--cache-ram") + 1] == str(GPU.server.cache_ram_mib)
+    assert run_launcher(GPU_SETTINGS_ON_CPU, path.parent, binary, benchmark=True).returncode == 0
+    assert argv()[argv().index("--cache-ram") + 1] == "0"
+
+
+@pytest.mark.e2e
+def test_fetch_subcommand_delivers_the_profile_model(gemma_gguf, tmp_path):
+    from catalog import local_profile
+    from launcher.process import launcher_env
+    from localscope import LocalScope
+
+    profile = local_profile()
+    (tmp_path / "profile.json").write_text(profile.to_json())
+    models = tmp_path / "models"
+    with LocalScope() as hub:
+        hub.add_file(profile.model.repo, profile.model.file, gemma_gguf)
+        out = subprocess.run(
+            [sys.executable, "-m", "launcher", "fetch", "--profile", str(tmp_path / "profile.json"),
+             "--model-dir", str(models), "--endpoint", hub.url, "--connections", "4"],
+            env=launcher_env(None), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    fetched = models / profile.model.local_name
+    assert f"launcher: model ready at {fetched}" in out.stdout
+    assert fetched.stat().st_size == profile.model.size_bytes

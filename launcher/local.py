@@ -104,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     cache = cache_dir()
     work = args.work_dir or cache / "local-run"
     say("1/5", "llama-server: building from llama-cpp-python==0.3.36 on first run (5-10 min), else reusing the cache")
-    binary = llama_server_binary()
+    try:
+        binary = llama_server_binary()
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"error: building llama-server failed ({e}); it needs cmake and a C++ compiler "
+              "(Debian/Ubuntu: apt-get install build-essential cmake); the build output is above", file=sys.stderr)
+        return 1
     say("1/5", f"llama-server: {binary}")
 
     profile = local_profile(port=args.port or free_port())
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             took = server.wait_healthy()
-        except ServerExited as e:
+        except (ServerExited, TimeoutError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
         say("4/5", f"health: {server.url}/health answered 200 after {took:.1f} s (log: {server.log_path})")

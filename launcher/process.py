@@ -13,7 +13,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,7 +136,6 @@ def start_server(
     api_key: str | None,
     workdir: Path,
     benchmark: bool = False,
-    popen: Callable[..., subprocess.Popen] = subprocess.Popen,
 ) -> ServerProcess:
     """Write the profile to `workdir`, start `python -m launcher serve` with it, log to workdir/server.log."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +143,7 @@ def start_server(
     profile_path.write_text(profile.to_json())
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
-        proc = popen(
+        proc = subprocess.Popen(
             launch_command(profile_path, model_dir, binary, benchmark=benchmark, api_key=api_key is not None),
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -107,6 +107,7 @@ class ImageBuild(Construct):
                 "IMAGE_TAG": codebuild.BuildEnvironmentVariable(value=self.image_tag),
                 "DOCKERFILE": codebuild.BuildEnvironmentVariable(value=target.dockerfile),
                 "BUILD_ARGS": codebuild.BuildEnvironmentVariable(value=args),
+                "DOCKER_BUILDKIT": codebuild.BuildEnvironmentVariable(value="1"),  # per-Dockerfile .dockerignore
             },
             encryption_key=key,
             timeout=Duration.hours(2),

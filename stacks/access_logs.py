@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.nag import acknowledge
+from stacks.private_bucket import private_bucket
 
 
 class AccessLogs(Construct):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.bucket = s3.Bucket(
+        self.bucket = private_bucket(
             self,
             "Bucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
             object_ownership=s3.ObjectOwnership.OBJECT_WRITER,
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
-            removal_policy=RemovalPolicy.RETAIN,
         )
         acknowledge(self.bucket, "AwsSolutions-S1", "This is the access-log bucket; logging it to itself would loop.")

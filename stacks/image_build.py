@@ -17,7 +17,6 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
@@ -59,7 +58,6 @@ class ImageBuild(Construct):
         construct_id: str,
         *,
         target: ImageTarget,
-        access_logs: s3.IBucket,
         build_args: dict[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)

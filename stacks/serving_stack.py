@@ -50,9 +50,7 @@ class ServingStack(Stack):
         access_logs = AccessLogs(self, "AccessLogs")
         cache = ModelCache(self, "ModelCache", access_logs=access_logs.bucket)
         api_key = ApiKey(self, "ApiKey")
-        image = ImageBuild(
-            self, "Image", target=profile.image, access_logs=access_logs.bucket, build_args=image_build_args
-        )
+        image = ImageBuild(self, "Image", target=profile.image, build_args=image_build_args)
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )

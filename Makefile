@@ -26,7 +26,7 @@ synth: $(STAMP) node_modules/.installed
 	npx cdk synth --quiet
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 llama-server: $(STAMP)
 	@PYTHON=$(PY) scripts/build-llama-server.sh >/dev/null

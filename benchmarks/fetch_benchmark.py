@@ -172,6 +172,7 @@ def main() -> int:
     cap = a.cap_mbps * 1e6
     runs: list[Run] = []
     try:
+
         def fresh(name: str) -> Path:
             d = a.work / "out" / name
             shutil.rmtree(d, ignore_errors=True)
@@ -215,8 +216,10 @@ def main() -> int:
     for r in _medians(runs):
         extra = ""
         if r.verified_s:
-            extra = f" (last byte hashed at {r.verified_s:.1f} s: {r.size / r.verified_s / 1e6:.0f} MB/s, " \
-                    f"{r.size / r.verified_s / (r.connections * r.cap_bps):.0%})"
+            extra = (
+                f" (last byte hashed at {r.verified_s:.1f} s: {r.size / r.verified_s / 1e6:.0f} MB/s, "
+                f"{r.size / r.verified_s / (r.connections * r.cap_bps):.0%})"
+            )
         print(f"| {r.tool} | {r.connections} | {r.settings} | {r.repetition} | {r.seconds:.1f} | {r.mbps:.0f} | "
               f"{r.share:.0%} of {r.connections}x{a.cap_mbps:g}{extra} | {'yes' if r.ok else 'NO'} |")  # fmt: skip
     if a.json:

@@ -107,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         binary = llama_server_binary()
     except (OSError, subprocess.CalledProcessError) as e:
-        print(f"error: building llama-server failed ({e}); it needs cmake and a C++ compiler "
-              "(Debian/Ubuntu: apt-get install build-essential cmake); the build output is above", file=sys.stderr)
+        print(
+            f"error: building llama-server failed ({e}); it needs cmake and a C++ compiler "
+            "(Debian/Ubuntu: apt-get install build-essential cmake); the build output is above",
+            file=sys.stderr,
+        )
         return 1
     say("1/5", f"llama-server: {binary}")
 

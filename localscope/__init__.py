@@ -1,9 +1,9 @@
 """localscope: a local server that speaks ModelScope's model-hub API, with fault injection.
 
-    with LocalScope(root) as hub:          # serves <root>/<owner>/<repo>/<files>
-        hub.add_file("local/gemma", "gemma.gguf", path)
-        hub.faults.bandwidth_bps = 25e6     # per connection
-        ... MODELSCOPE_ENDPOINT=hub.url ...
+with LocalScope(root) as hub:          # serves <root>/<owner>/<repo>/<files>
+    hub.add_file("local/gemma", "gemma.gguf", path)
+    hub.faults.bandwidth_bps = 25e6     # per connection
+    ... MODELSCOPE_ENDPOINT=hub.url ...
 """
 
 from localscope.server import Faults, LocalScope, Stats

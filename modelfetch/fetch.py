@@ -200,8 +200,9 @@ def fetch_file(
         # 2. ModelScope.
         listed = hub.describe(spec.repo, spec.revision, spec.file)
         size, sha = _reconcile(spec, listed.size, listed.sha256, hub.endpoint)
-        log.info("fetching %s (%s) from %s with %d connections", spec.file, human_bytes(size), hub.endpoint,
-                 connections)
+        log.info(
+            "fetching %s (%s) from %s with %d connections", spec.file, human_bytes(size), hub.endpoint, connections
+        )
         dl = download(hub.source(spec.repo, spec.revision, spec.file, size), size, sha, connections, verify_attempts)
 
         # 3. Write back so the next instance reads in region.
@@ -244,8 +245,9 @@ def _open_cache(s3_cache: str | S3Cache | None, connections: int) -> S3Cache | N
 
 def _cache_matches(obj: CachedObject, spec: FileSpec) -> bool:
     if spec.sha256 and obj.sha256 and obj.sha256.lower() != spec.sha256:
-        log.warning("S3 cache holds a different %s (sha256 %s, want %s); ignoring it", spec.file, obj.sha256,
-                    spec.sha256)
+        log.warning(
+            "S3 cache holds a different %s (sha256 %s, want %s); ignoring it", spec.file, obj.sha256, spec.sha256
+        )
         return False
     if spec.size is not None and obj.size != spec.size:
         log.warning("S3 cache holds %s with %d bytes, want %d; ignoring it", spec.file, obj.size, spec.size)

@@ -122,8 +122,9 @@ class RangedDownload:
             self.discard()
             msg = f"sha256 mismatch for {self.target.name} from {source.name}: got {digest}, expected {self.sha256}"
             if attempt < self.verify_attempts:
-                log.warning("%s; discarded the partial file, downloading again (%d/%d)", msg, attempt + 1,
-                            self.verify_attempts)
+                log.warning(
+                    "%s; discarded the partial file, downloading again (%d/%d)", msg, attempt + 1, self.verify_attempts
+                )
             else:
                 raise IntegrityError(f"{msg}, after {attempt} downloads; the partial file was deleted")
         raise AssertionError("unreachable")
@@ -318,8 +319,15 @@ class _Pass:
                         f"{self.source.name}: bytes {off}-{pend - 1} of {self.dl.target.name} failed "
                         f"{failures} times in a row, last: {e}"
                     ) from e
-                log.warning("%s: %s (bytes %d-%d); retry %d/%d", self.source.name, e, off, pend - 1, failures,
-                            self.dl.retry.attempts)
+                log.warning(
+                    "%s: %s (bytes %d-%d); retry %d/%d",
+                    self.source.name,
+                    e,
+                    off,
+                    pend - 1,
+                    failures,
+                    self.dl.retry.attempts,
+                )
                 if not self.dl.retry.wait(failures, self.abort):
                     return
             finally:

@@ -48,9 +48,7 @@ def test_gemma_happy_path(gemma_hub: LocalScope, tmp_path: Path) -> None:
     assert again.gguf is not None and again.gguf.architecture == "gemma3" and not again.gguf.has_mtp_layers
 
 
-def test_endpoint_from_environment(
-    gemma_hub: LocalScope, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_endpoint_from_environment(gemma_hub: LocalScope, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", gemma_hub.url)
     r = fetch_file(FileSpec.from_artifact(GEMMA3_270M), tmp_path, connections=8, progress=False)
     assert r.source == "modelscope" and r.sha256 == GEMMA3_270M.sha256 and r.transferred == GEMMA3_270M.size_bytes
@@ -64,8 +62,7 @@ def test_unpinned_sha_comes_from_the_listing(hub: LocalScope, small_file: tuple[
 
 @pytest.mark.parametrize("rst", [True, False], ids=["rst", "short-body"])
 def test_transient_503_and_resets_are_retried(
-    rst: bool,
-    hub: LocalScope, small_file: tuple[Path, str], tmp_path: Path, fast_retry: RetryPolicy
+    rst: bool, hub: LocalScope, small_file: tuple[Path, str], tmp_path: Path, fast_retry: RetryPolicy
 ) -> None:
     _, sha = small_file
     # Faults hit every 3rd/4th request across all connections, so one range can meet several in a row.
@@ -153,9 +150,7 @@ def test_retries_give_up_with_a_clear_error(
 
 def test_disk_too_small_fails_before_downloading(gemma_hub: LocalScope, tmp_path: Path) -> None:
     with pytest.raises(DiskSpaceError, match=r"needs 305\.4 MiB .* only 100\.0 MiB is free"):
-        fetch_model(
-            GEMMA3_270M, tmp_path, endpoint=gemma_hub.url, progress=False, free_space=lambda _: 100 * MIB
-        )
+        fetch_model(GEMMA3_270M, tmp_path, endpoint=gemma_hub.url, progress=False, free_space=lambda _: 100 * MIB)
     assert gemma_hub.stats.requests == []
 
 

@@ -24,7 +24,6 @@ class FleetSettings:
     target_busy_slot_ratio: float = 0.7  # target tracking on llama.cpp's busy slots, not CPU (always 100% busy)
     deferred_scale_out: int = 1  # queued requests (llamacpp:requests_deferred) that add an instance at once
     deferred_alarm: int = 4  # queued requests, sustained 5 minutes, that page someone
-    scale_in_cooldown_s: int = 900  # a generation can last minutes; don't take capacity away mid-burst
     warm_pool_size: int = 1  # stopped instances that already hold the verified model
     spot: bool = False  # CPU stacks only: Spot capacity with capacity rebalancing
     off_hours: tuple[int, int] | None = None  # (stop, start) hour in Asia/Shanghai on weekdays: scale to zero

@@ -254,3 +254,47 @@ def test_image_build_args_reach_codebuild_and_change_the_tag(templates):
     assert env["IMAGE_TAG"] != default_env["IMAGE_TAG"] and env["IMAGE_TAG"].startswith("arm64-cpu-")
     with pytest.raises(ProfileError, match="NAME=value"):
         build_app({**cdk_context(), "imageBuildArgs": "oops"})
+
+
+class TestHardening:
+    def test_instance_role_reads_only_its_secret_and_the_cache_prefix(self, templates):
+        t = templates["GravitonMoeStack"]
+        res = t.to_json()["Resources"]
+        role = next(k for k in res if k.startswith("FleetInstanceRole") and res[k]["Type"] == "AWS::IAM::Role")
+        policy = next(
+            v["Properties"]["PolicyDocument"]["Statement"]
+            for v in res.values()
+            if v["Type"] == "AWS::IAM::Policy" and v["Properties"]["Roles"] == [{"Ref": role}]
+        )
+        secret = next(k for k, v in res.items() if v["Type"] == "AWS::SecretsManager::Secret")
+        bucket = next(k for k in res if k.startswith("ModelCacheBucket") and res[k]["Type"] == "AWS::S3::Bucket")
+        granted = {a for st in policy for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+        assert {"secretsmanager:GetSecretValue", "s3:GetObject", "s3:PutObject"} <= granted
+        for statement in policy:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if any(a.startswith("secretsmanager:") for a in actions):
+                assert statement["Resource"] == {"Ref": secret}
+            if any(a.startswith("s3:") for a in actions):
+                text = json.dumps(statement["Resource"])
+                assert bucket in text
+                if "s3:GetObject" in actions:
+                    assert text.endswith('"/models/*"]]}'), text
+                assert not any(a.endswith("*") or a.startswith("s3:Delete") for a in actions), actions
+            assert "*" not in actions
+
+    def test_https_listener_when_a_certificate_is_given(self):
+        arn = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
+        app = build_app({**cdk_context(), "certificateArn": arn})
+        t = Template.from_stack(app.node.find_child("GpuMtpStack"))
+        listener = only(t, "AWS::ElasticLoadBalancingV2::Listener")
+        assert listener["Protocol"] == "HTTPS" and listener["Port"] == 443
+        assert listener["Certificates"] == [{"CertificateArn": arn}]
+        assert "https://" in json.dumps(t.to_json()["Outputs"]["EndpointUrl"])
+
+    def test_flow_logs_and_access_logs_are_on(self, templates):
+        for t in templates.values():
+            assert only(t, "AWS::EC2::FlowLog")["TrafficType"] == "ALL"
+            cache = [
+                r["Properties"] for k, r in resources(t, "AWS::S3::Bucket").items() if k.startswith("ModelCacheBucket")
+            ]
+            assert cache[0]["LoggingConfiguration"]["LogFilePrefix"] == "model-cache/"

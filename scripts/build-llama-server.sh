@@ -4,6 +4,7 @@
 set -euo pipefail
 
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+sha256="${LLAMA_CPP_PYTHON_SHA256:-832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e}"
 cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen36-serve}"
 dest="$cache_root/llama-server-$version-$(uname -m)"
 binary="$dest/bin/llama-server"
@@ -18,7 +19,9 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "building llama-server from llama-cpp-python==$version (first run only, 5-10 min on 2 cores)" >&2
 "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
-tar -xzf "$work"/llama_cpp_python-"$version".tar.gz -C "$work"
+sdist="$work/llama_cpp_python-$version.tar.gz"
+echo "$sha256  $sdist" | sha256sum -c --quiet - >&2 || { echo "sha256 of $sdist is not $sha256" >&2; exit 1; }
+tar -xzf "$sdist" -C "$work"
 src="$work/llama_cpp_python-$version/vendor/llama.cpp"
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >&2

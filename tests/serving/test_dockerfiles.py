@@ -67,6 +67,7 @@ def test_llama_cpp_source_is_the_one_the_local_build_uses():
         text = dockerfile.read_text()
         assert f"ARG LLAMA_CPP_PYTHON_VERSION={version}\n" in text
         pins.add(re.search(r"ARG LLAMA_CPP_PYTHON_SHA256=([0-9a-f]{64})\n", text).group(1))
+    pins.add(re.search(r"LLAMA_CPP_PYTHON_SHA256:-([0-9a-f]{64})", script).group(1))
     assert len(pins) == 1
 
 

@@ -101,9 +101,10 @@ class ServiceMonitoring(Construct):
             widgets.append(
                 _graph(
                     "GPU utilization % / memory used MiB",
+                    # The CloudWatch agent's nvidia_gpu plugin publishes these under our namespace (boot script).
                     [
-                        _agent_metric(asg, "nvidia_smi_utilization_gpu"),
-                        _agent_metric(asg, "nvidia_smi_memory_used"),
+                        group_metric(asg, "nvidia_smi_utilization_gpu", "Average"),
+                        group_metric(asg, "nvidia_smi_memory_used", "Average"),
                     ],
                 )
             )
@@ -114,14 +115,3 @@ class ServiceMonitoring(Construct):
 
 def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:
     return cloudwatch.GraphWidget(title=title, left=metrics, width=12, height=6)
-
-
-def _agent_metric(asg: autoscaling.AutoScalingGroup, name: str) -> cloudwatch.Metric:
-    """GPU metrics from the CloudWatch agent's nvidia_gpu plugin, published under the stack's namespace."""
-    return cloudwatch.Metric(
-        namespace=names.NAMESPACE,
-        metric_name=name,
-        dimensions_map={names.DIM_GROUP: asg.auto_scaling_group_name},
-        statistic="Average",
-        period=Duration.minutes(1),
-    )

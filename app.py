@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""`npx cdk synth|deploy <Stack>`: GravitonMoeStack, IntelMoeStack, GpuMtpStack."""
+"""`npx cdk synth|deploy <Stack>`: GravitonMoeStack, IntelMoeStack, GpuMtpStack. Options: deploy.toml, or -c."""
 
-from aws_cdk import Validations
-from cdk_nag import AwsSolutionsChecks
+import sys
 
+from catalog import ProfileError
 from stacks.app import build_app
 
-app = build_app()
-Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+try:
+    app = build_app()
+except ProfileError as bad:  # a bad profile or deploy option: say what to change, no traceback
+    sys.exit(f"error: {bad}")
 app.synth()

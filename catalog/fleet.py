@@ -12,10 +12,14 @@ class FleetSettings:
     desired_capacity: int | None = None  # None: leave it to scaling
     volume_iops: int = 4000  # gp3 needs 1 IOPS per 0.25 MiB/s of throughput: 4000 for 1000 MiB/s
     volume_throughput_mibps: int = 1000  # gp3 maximum: a 22 GB model reads in about 25 s
-    image_headroom_gib: int = 20  # OS, container image layers, logs
+    image_headroom_gib: int = 20  # on top of the AMI's own snapshot: container image layers, logs, updates
     alb_idle_timeout_s: int = 600  # > the report's longest generation: 2048 tokens at 4.56 tok/s = 449 s
     deregistration_delay_s: int = 600  # lets a stream that is already running finish
+    # Boot budget (creation signal, launch hook heartbeat, health-check grace): every step of a cold first boot.
+    package_install_s: int = 180  # dnf: docker and the CloudWatch agent from the in-region OS repositories
+    image_pull_mib_s: float = 50.0  # ECR through the VPC endpoint, pull and extract, conservative
     planning_download_mib_s: float = 15.0  # worst case: one ModelScope stream, no S3 cache yet
+    cache_upload_mib_s: float = 50.0  # the synchronous write-back of a fresh download to the S3 model cache
     model_load_s: int = 300  # start container + read the GGUF + warm up, with margin
     allowed_cidrs: tuple[str, ...] = ()  # who may call the internal ALB; empty: the VPC only
     vpc_cidr: str = "10.40.0.0/16"
@@ -25,5 +29,6 @@ class FleetSettings:
     deferred_scale_out: int = 1  # queued requests (llamacpp:requests_deferred) that add an instance at once
     deferred_alarm: int = 4  # queued requests, sustained 5 minutes, that page someone
     warm_pool_size: int = 1  # stopped instances that already hold the verified model
+    rolling_batch: int = 1  # instances a rolling update launches beside the running ones
     spot: bool = False  # CPU stacks only: Spot capacity with capacity rebalancing
     off_hours: tuple[int, int] | None = None  # (stop, start) hour in Asia/Shanghai on weekdays: scale to zero

@@ -22,6 +22,7 @@ class Hardware:
     memory_gib: float
     cpu: str
     ami_ssm_parameter: str  # public SSM parameter resolved at deploy time, never looked up at synth
+    ami_root_snapshot_gib: int  # the AMI's root snapshot: EC2 refuses a smaller root volume at launch
     ri_1yr_all_upfront_cny: float | None = None  # 1-year Standard RI, all upfront (the report's cost basis)
     on_demand_cny_per_hour: float | None = None  # estimate; Ningxia on-demand prices were not in the report
     gpu: str | None = None
@@ -43,8 +44,15 @@ class Hardware:
 
 
 _AL2023 = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-{arch}"
-# Deep Learning Base AMI: ships the NVIDIA driver, Docker and the NVIDIA container toolkit.
+# AL2023's root snapshot is 8 GiB (its block-device mapping; public reports agree). Open until DescribeImages in
+# the user's account says so: `python -m preflight` checks the snapshot of the AMI each parameter resolves to.
+_AL2023_SNAPSHOT_GIB = 8
+# Deep Learning Base AMI: ships the NVIDIA driver, Docker and the NVIDIA container toolkit, and several CUDA
+# toolkits (DLAMI release notes on docs.amazonaws.cn list four under /usr/local/cuda-*). Its root snapshot is about
+# 75 GiB (public configurations resolving this parameter require >= 75 GB; AWS recommends 100 GB); the
+# pre-flight reads the exact size.
 _DLAMI_GPU = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
+_DLAMI_SNAPSHOT_GIB = 75
 
 HARDWARE: dict[str, Hardware] = {
     hw.instance_type: hw
@@ -57,6 +65,7 @@ HARDWARE: dict[str, Hardware] = {
             memory_gib=32,
             cpu="AWS Graviton4 (Neoverse V2)",
             ami_ssm_parameter=_AL2023.format(arch="arm64"),
+            ami_root_snapshot_gib=_AL2023_SNAPSHOT_GIB,
             ri_1yr_all_upfront_cny=9069,
         ),
         Hardware(
@@ -67,6 +76,7 @@ HARDWARE: dict[str, Hardware] = {
             memory_gib=64,
             cpu="AWS Graviton4 (Neoverse V2)",
             ami_ssm_parameter=_AL2023.format(arch="arm64"),
+            ami_root_snapshot_gib=_AL2023_SNAPSHOT_GIB,
             ri_1yr_all_upfront_cny=18138,  # the report's "~¥1,500/month": twice the 4xlarge
             price_is_estimate=True,
         ),
@@ -78,6 +88,7 @@ HARDWARE: dict[str, Hardware] = {
             memory_gib=32,
             cpu="Intel Xeon (8th gen)",
             ami_ssm_parameter=_AL2023.format(arch="x86_64"),
+            ami_root_snapshot_gib=_AL2023_SNAPSHOT_GIB,
             ri_1yr_all_upfront_cny=13237,
         ),
         Hardware(
@@ -88,6 +99,7 @@ HARDWARE: dict[str, Hardware] = {
             memory_gib=16,
             cpu="AMD EPYC",
             ami_ssm_parameter=_DLAMI_GPU,
+            ami_root_snapshot_gib=_DLAMI_SNAPSHOT_GIB,
             ri_1yr_all_upfront_cny=34228,
             on_demand_cny_per_hour=9.51,  # Beijing, 2024; Ningxia unknown
             gpu="NVIDIA A10G",

@@ -1,4 +1,4 @@
-"""Container image targets: one Dockerfile each under docker/."""
+"""Container image targets (one llama.cpp base Dockerfile each under docker/) and the AWS limits the build obeys."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ class ImageTarget:
     name: str
     architecture: Architecture
     accelerator: str | None  # "cuda" or None
-    dockerfile: str  # relative to docker/
+    dockerfile: str  # the llama.cpp base, relative to docker/; docker/app.Dockerfile goes on top of it
+
+    @property
+    def platform(self) -> str:
+        return "linux/arm64" if self.architecture == Architecture.ARM64 else "linux/amd64"
 
 
 IMAGE_TARGETS: dict[str, ImageTarget] = {
@@ -23,3 +27,26 @@ IMAGE_TARGETS: dict[str, ImageTarget] = {
         ImageTarget("cuda", Architecture.X86_64, "cuda", "cuda.Dockerfile"),
     )
 }
+
+# The application layer every target shares (docker/app.Dockerfile).
+APP_DOCKERFILE = "app.Dockerfile"
+
+# Profile fields the image never reads: the instance hands the launcher its profile as JSON at start, and the
+# launcher uses the server, model and hardware shape only. Editing them must not rebuild or roll the fleet.
+IMAGE_INDEPENDENT_FIELDS = frozenset({"description", "ri_1yr_all_upfront_cny", "on_demand_cny_per_hour", "price_is_estimate"})
+
+# CloudFormation waits at most this long for a custom resource; ServiceTimeout is "an integer from 1 to 3600"
+# (AWS::CloudFormation::CustomResource, https://docs.amazonaws.cn/en_us/AWSCloudFormation/latest/TemplateReference/
+# aws-resource-cloudformation-customresource.html). Each image layer has its own custom resource, so each
+# layer's build must finish inside it, with the waiter's polling interval to spare.
+CUSTOM_RESOURCE_MAX_WAIT_S = 3600
+BUILD_POLL_INTERVAL_S = 60
+LAYER_BUILD_TIMEOUT_MIN = 50  # CodeBuild timeout per layer; the waiter gives up at 55 min, CloudFormation at 60
+
+# AWS Deep Learning Containers are published to the China regions from this account
+# (https://docs.amazonaws.cn/sagemaker/latest/dg-ecr-paths/ecr-cn-north-1.html lists
+# 727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/...). The CUDA build stage needs nvcc, which the PyTorch
+# training images carry; that this tag is published in cn-northwest-1 is open (see docker/README.md).
+DLC_ACCOUNT_CHINA = "727897471807"
+CUDA_BUILD_REPOSITORY = "pytorch-training"
+CUDA_BUILD_TAG = "2.7.1-gpu-py312-cu128-ubuntu22.04-ec2"

@@ -17,6 +17,9 @@ from catalog.models import GEMMA3_270M, MODELS, QWEN36_27B_MTP, QWEN36_35B_A3B, 
 from catalog.server import ALL_LAYERS, ServerSettings, Speculative
 
 GPU_COMPUTE_RESERVE_GIB = 1.5  # CUDA context and compute buffers beside weights and KV cache
+# PutLifecycleHook HeartbeatTimeout: "from 30 to 7200 seconds" (EC2 Auto Scaling API Reference). The stack's
+# creation signal (CreationPolicy ResourceSignal, up to PT12H) and the health-check grace use the same budget.
+MAX_HOOK_HEARTBEAT_S = 7200
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,39 @@ class ServingProfile:
 
     @property
     def root_volume_gib(self) -> int:
-        return math.ceil(self.model.size_bytes / GIB) + self.fleet.image_headroom_gib
+        """The AMI's own snapshot, the model, and headroom for image layers and logs."""
+        hw = self.hardware
+        return hw.ami_root_snapshot_gib + math.ceil(self.model.size_bytes / GIB) + self.fleet.image_headroom_gib
+
+    def boot_plan_s(self) -> dict[str, float]:
+        """Seconds per step of the worst first boot: packages, image pull, cold ModelScope download, S3 write-back."""
+        f, mib = self.fleet, 1024 * 1024
+        return {
+            "packages": f.package_install_s,
+            "image_pull": self.image.pull_gib * GIB / (f.image_pull_mib_s * mib),
+            "model_download": self.model.size_bytes / (f.planning_download_mib_s * mib),
+            "cache_write_back": self.model.size_bytes / (f.cache_upload_mib_s * mib),
+            "model_load": f.model_load_s,
+        }
 
     @property
     def boot_budget_s(self) -> int:
-        """Worst-case seconds from launch to /health 200: a cold ModelScope download plus the model load."""
-        download = self.model.size_bytes / (self.fleet.planning_download_mib_s * 1024 * 1024)
-        return math.ceil((download + self.fleet.model_load_s) / 60) * 60
+        """Worst-case seconds from launch to /health 200, rounded up to whole minutes."""
+        return math.ceil(sum(self.boot_plan_s().values()) / 60) * 60
+
+    def vcpu_plan(self) -> dict[str, int]:
+        """vCPUs running at once, against the account's On-Demand (or Spot) vCPU quota.
+
+        create: the first instance and the warm pool's instances boot together (warm-pool instances run their
+        user data, then stop); update: a rolling update adds `rolling_batch` instances beside those;
+        scale_out: every instance up to max_capacity, the warm pool refilling.
+        """
+        f, v = self.fleet, self.hardware.vcpus
+        return {
+            "create": (f.min_capacity + f.warm_pool_size) * v,
+            "update": (f.min_capacity + f.warm_pool_size + f.rolling_batch) * v,
+            "scale_out": (f.max_capacity + f.warm_pool_size) * v,
+        }
 
     def memory_plan(self) -> dict[str, float]:
         """GiB needed where the weights live (host RAM or GPU memory)."""
@@ -160,11 +189,24 @@ def _validate(p: ServingProfile) -> None:
         raise ProfileError(f"{where}: threads={s.threads} but {hw.instance_type} has {hw.vcpus} vCPUs")
     if p.fleet.spot and hw.has_gpu:
         raise ProfileError(f"{where}: spot is for the CPU stacks; g5 Spot capacity in China is scarce, set spot=False")
+    if p.fleet.spot and p.fleet.warm_pool_size:
+        # PutWarmPool "cannot be called on an Auto Scaling group that has a mixed instances policy or a launch
+        # template or launch configuration that requests Spot Instances" (EC2 Auto Scaling API Reference).
+        raise ProfileError(f"{where}: a warm pool cannot hold Spot instances; set warm_pool_size=0 (warmPool=0)")
+    if p.boot_budget_s > MAX_HOOK_HEARTBEAT_S:
+        raise ProfileError(
+            f"{where}: a cold boot may take {p.boot_budget_s} s ({_plan_text(p.boot_plan_s())}), more than a launch "
+            f"lifecycle hook can wait ({MAX_HOOK_HEARTBEAT_S} s); pick a smaller model or raise the planning bandwidths"
+        )
     if p.fleet.off_hours is not None and not all(0 <= h <= 23 for h in p.fleet.off_hours):
         raise ProfileError(f"{where}: off_hours must be two hours 0-23 (stop, start), e.g. (20, 8)")
     if p.fleet.min_capacity > p.fleet.max_capacity:
         raise ProfileError(f"{where}: min_capacity {p.fleet.min_capacity} > max_capacity {p.fleet.max_capacity}")
     _check_memory(p)
+
+
+def _plan_text(plan: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in plan.items())
 
 
 def _check_memory(p: ServingProfile) -> None:
@@ -256,6 +298,7 @@ def local_profile(
         memory_gib=_host_memory_gib(),
         cpu=platform.processor() or platform.machine(),
         ami_ssm_parameter="",
+        ami_root_snapshot_gib=0,
         host_reserve_gib=1.0,
     )
     src = PROFILES[base]

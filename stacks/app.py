@@ -1,66 +1,70 @@
-"""Composition root: one ServingStack per profile in the catalog. Deterministic, no AWS calls at synth."""
+"""Composition root: one ServingStack per profile in the catalog. Deterministic, no AWS calls at synth.
+
+`build_app` is the one path to the app: `app.py` (what `cdk synth|deploy` runs) and the tests both call it, so
+the tests see the same options, feature flags and policy-validation plugins (cdk-nag) as the CLI.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
 
-from catalog import PROFILES, ProfileError
-from catalog.fleet import FleetSettings
+from catalog import PROFILES, ProfileError, ServingProfile
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
-DEFAULT_REGION = "cn-northwest-1"
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def build_app(context: dict[str, Any] | None = None) -> cdk.App:
+def cli_context() -> dict[str, Any]:
+    """What `cdk synth` puts in the app's context from cdk.json and cdk.context.json (pytest's App reads neither)."""
+    ctx = json.loads((ROOT / "cdk.json").read_text())["context"]
+    ctx.update(json.loads((ROOT / "cdk.context.json").read_text()))
+    return ctx
+
+
+def build_app(context: dict[str, Any] | None = None, *, config_file: Path = DEPLOY_CONFIG) -> cdk.App:
     app = cdk.App(context=context) if context is not None else cdk.App()
-    region = app.node.try_get_context("region") or DEFAULT_REGION
-    account = app.node.try_get_context("account")  # None: resolved by CloudFormation at deploy
-    zones = (app.node.try_get_context("pinned-availability-zones") or {}).get(region)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    options = load_options(_context_values(app), config_file)
+    zones = (app.node.try_get_context("pinned-availability-zones") or {}).get(options.region)
     if not zones:
         raise ProfileError(
-            f"no pinned availability zones for region {region!r}: add it to 'pinned-availability-zones' in "
+            f"no pinned availability zones for region {options.region!r}: add it to 'pinned-availability-zones' in "
             "cdk.context.json (synth never looks zones up)"
         )
-    certificate_arn = app.node.try_get_context("certificateArn")
-    build_args = _build_args(app.node.try_get_context("imageBuildArgs"))
     for profile in PROFILES.values():
-        profile = replace(profile, fleet=_fleet_options(app, profile.fleet, cpu_only=not profile.hardware.has_gpu))
         ServingStack(
             app,
             profile.stack_name,
-            profile=profile,
+            profile=apply_options(profile, options),
             availability_zones=list(zones),
-            certificate_arn=certificate_arn,
-            image_build_args=build_args,
-            env=cdk.Environment(account=account, region=region),
+            certificate_arn=options.certificate_arn,
+            image_build_args=options.image_build_args,
+            env=cdk.Environment(account=options.account, region=options.region),
         )
     return app
 
 
-def _fleet_options(app: cdk.App, fleet: FleetSettings, *, cpu_only: bool) -> FleetSettings:
-    """Deploy-time options users set with -c: allowedCidrs=10.0.0.0/8,..., spot=true (CPU stacks), offHours=20-8."""
-    changes: dict[str, Any] = {}
-    if cidrs := app.node.try_get_context("allowedCidrs"):
-        changes["allowed_cidrs"] = tuple(c.strip() for c in str(cidrs).split(",") if c.strip())
-    if cpu_only and str(app.node.try_get_context("spot")).lower() == "true":
-        changes["spot"] = True
-    if off := app.node.try_get_context("offHours"):
-        try:
-            stop, start = (int(h) for h in str(off).split("-"))
-        except ValueError:
-            raise ProfileError(f"offHours={off!r}: write it as STOP-START hours, e.g. -c offHours=20-8") from None
-        changes["off_hours"] = (stop, start)
-    return replace(fleet, **changes)
+def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingProfile:
+    """The fleet as deployed: options on top of the catalog's fleet settings."""
+    spot = options.spot and not profile.hardware.has_gpu  # g5 Spot capacity in China is scarce: GPU stays on demand
+    fleet = replace(
+        profile.fleet,
+        allowed_cidrs=options.allowed_cidrs,
+        spot=spot,
+        off_hours=options.off_hours,
+        # PutWarmPool refuses a group with a mixed instances policy or Spot instances (EC2 Auto Scaling User
+        # Guide, "Warm pools": limitations), so Spot groups go without one.
+        warm_pool_size=0 if spot else options.warm_pool,
+    )
+    return replace(profile, fleet=fleet)
 
 
-def _build_args(value: Any) -> dict[str, str]:
-    """-c imageBuildArgs=PIP_INDEX_URL=https://mirror/simple,BASE_IMAGE=<ecr>/mirror/ubuntu:24.04"""
-    if not value:
-        return {}
-    pairs = [p.split("=", 1) for p in str(value).split(",") if p.strip()]
-    if any(len(p) != 2 or not p[0].strip() for p in pairs):
-        raise ProfileError(f"imageBuildArgs={value!r}: write NAME=value pairs separated by commas")
-    return {k.strip(): v.strip() for k, v in pairs}
+def _context_values(app: cdk.App) -> dict[str, Any]:
+    return {name: app.node.try_get_context(name) for name in OPTION_NAMES}

@@ -9,6 +9,7 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from catalog import ServingProfile
@@ -19,6 +20,11 @@ from stacks.nag import acknowledge, arn_of
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
 GROUP_LOGICAL_ID = "ServingGroup"  # fixed so user data can signal it before the group exists
 READY_HOOK = "qwen36-ready"  # launch lifecycle hook, completed by the instance once /health answers 200
+
+
+def release_parameter_name(stack_name: str) -> str:
+    """The SSM parameter holding the group's current release (user data reads it by this name)."""
+    return f"/{stack_name}/serving-release"
 
 
 class ServingFleet(Construct):
@@ -32,7 +38,9 @@ class ServingFleet(Construct):
         profile: ServingProfile,
         vpc: ec2.IVpc,
         user_data: ec2.UserData,
+        release: str,
     ) -> None:
+        """`release`: the release_id rendered into `user_data`; published so warm-pool instances can compare."""
         super().__init__(scope, construct_id)
         hw, fleet = profile.hardware, profile.fleet
         self.port = profile.server.port
@@ -80,6 +88,14 @@ class ServingFleet(Construct):
             detailed_monitoring=True,
         )
         boot = Duration.seconds(profile.boot_budget_s)
+        self.release_parameter = ssm.StringParameter(
+            self,
+            "Release",
+            parameter_name=release_parameter_name(Stack.of(self).stack_name),
+            string_value=release,
+            description="Release of the launch template; warm-pool instances of another release abandon their launch",
+        )
+        self.release_parameter.grant_read(self.role)
         capacity: dict = {"launch_template": self.launch_template}
         if fleet.spot:
             # All Spot, capacity-optimized; a rebalance recommendation starts a replacement before the interruption.
@@ -117,6 +133,14 @@ class ServingFleet(Construct):
             group_metrics=[autoscaling.GroupMetrics.all()],
         )
         self.asg.node.default_child.override_logical_id(GROUP_LOGICAL_ID)  # type: ignore[union-attr]
+        self.asg.node.add_dependency(self.release_parameter)  # updated before the rolling update starts
+        if fleet.spot:
+            acknowledge(
+                self.asg,
+                "AwsSolutions-EC26",
+                "cdk-nag 3.0.2's EC26 reads only a group's LaunchTemplate and throws on a MixedInstancesPolicy; the "
+                "launch template this policy uses has only encrypted volumes (tests/stacks/test_templates.py).",
+            )
         acknowledge(
             self.asg,
             "AwsSolutions-AS3",
@@ -151,6 +175,11 @@ class ServingFleet(Construct):
                 conditions={"StringEquals": {"cloudwatch:namespace": names.NAMESPACE}},
             )
         )
+        if hw.has_gpu:
+            # The CloudWatch agent resolves ${aws:AutoScalingGroupName} (GPU metrics' dimension) with
+            # ec2:DescribeTags, which has no resource-level permissions (CloudWatch agent guide, "Create IAM roles";
+            # Service Authorization Reference for EC2).
+            self.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeTags"], resources=["*"]))
 
     def allow_instances(
         self,
@@ -182,7 +211,8 @@ class ServingFleet(Construct):
             self.role,
             "AwsSolutions-IAM5",
             "Model files under the cache prefix (names come from the profile); this stack's group by name pattern; "
-            "GetAuthorizationToken has no resource; PutMetricData is limited to our namespace by condition.",
+            "GetAuthorizationToken and ec2:DescribeTags have no resource; PutMetricData is limited to our namespace by "
+            "condition.",
             findings=[
                 f"Resource::{arn_of(cache.bucket)}/{cache.prefix}*",
                 "Resource::*",

@@ -12,7 +12,7 @@ from catalog import ServingProfile
 from fleetmetrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
-from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, ServingFleet
+from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, ServingFleet, release_parameter_name
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.model_cache import ModelCache
@@ -21,6 +21,7 @@ from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.scaling import FleetScaling
 from userdata import BootSettings, render_user_data
+from userdata.render import release_id
 
 
 class ServingStack(Stack):
@@ -54,6 +55,7 @@ class ServingStack(Stack):
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
+        release = release_id(profile, image.image_tag)
         boot = BootSettings(
             region=self.region,
             stack_name=self.stack_name,
@@ -65,6 +67,8 @@ class ServingStack(Stack):
             log_group=log_group.log_group_name,
             metrics_namespace=names.NAMESPACE,
             lifecycle_hook=READY_HOOK,
+            release=release,
+            release_parameter=release_parameter_name(self.stack_name),
         )
         fleet = ServingFleet(
             self,
@@ -72,6 +76,7 @@ class ServingStack(Stack):
             profile=profile,
             vpc=network.vpc,
             user_data=ec2.UserData.custom(render_user_data(profile, boot)),
+            release=release,
         )
         fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
         fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,9 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cdk_context() -> dict:
     """The context `cdk synth` sees: cdk.json flags plus pinned cdk.context.json (pytest's App reads neither)."""
-    ctx = json.loads((ROOT / "cdk.json").read_text())["context"]
-    ctx.update(json.loads((ROOT / "cdk.context.json").read_text()))
-    return ctx
+    from stacks.app import cli_context
+
+    return cli_context()
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,15 @@ class BootSettings:
     log_group: str
     metrics_namespace: str
     lifecycle_hook: str
+    release: str  # this launch template's release_id; a warm-pool instance compares it with the parameter below
+    release_parameter: str  # SSM parameter holding the group's current release
+
+
+def release_id(profile: ServingProfile, image_tag: str) -> str:
+    """What an instance runs: the profile, the image and this boot script. Tokens stay out, so it is stable."""
+    template = (Path(__file__).parent / "templates" / "boot.sh.j2").read_bytes()
+    digest = hashlib.sha256(profile.to_json().encode() + b"\0" + image_tag.encode() + b"\0" + template)
+    return digest.hexdigest()[:16]
 
 
 def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:

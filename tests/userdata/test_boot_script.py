@@ -29,6 +29,8 @@ BOOT = BootSettings(
     log_group="/qwen36/GravitonMoeStack",
     metrics_namespace="Qwen36/LlamaServer",
     lifecycle_hook="qwen36-ready",
+    release="0123456789abcdef",
+    release_parameter="/GravitonMoeStack/serving-release",
 )
 
 

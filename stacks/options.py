@@ -1,0 +1,218 @@
+"""Deploy options: committed in deploy.toml, read by every `cdk synth|deploy`; `-c name=value` overrides one run.
+
+Each option has one name, used both as the deploy.toml key and as the `-c` context key. Values are checked here,
+before any construct is built, and a bad one fails synth with what to change.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from catalog import ProfileError
+
+DEPLOY_CONFIG = Path(__file__).resolve().parent.parent / "deploy.toml"
+
+# The widest caller range accepted for the internal ALB: a /8 (e.g. 10.0.0.0/8). Wider ranges, however they are
+# split (0.0.0.0/1 + 128.0.0.0/1), open the API to whole swaths of the address space.
+MAX_CALLER_ADDRESSES = 2**24
+
+# ACM: arn:${Partition}:acm:${Region}:${Account}:certificate/${CertificateId}; IAM server certificates (China's
+# usual choice, ACM issues no public certificates there): arn:${Partition}:iam::${Account}:server-certificate/${Name}.
+# Source: Service Authorization Reference, "Resource types defined by AWS Certificate Manager" and "... by IAM".
+# An ALB takes an ACM certificate from its own region only (ELB docs, "SSL certificates for your Application
+# Load Balancer").
+_ACM_ARN = re.compile(r"^arn:(?P<partition>aws[a-z-]*):acm:(?P<region>[a-z0-9-]+):\d{12}:certificate/[0-9a-f-]{36}$")
+_IAM_CERT_ARN = re.compile(r"^arn:(?P<partition>aws[a-z-]*):iam::\d{12}:server-certificate/[\w+=,.@/-]{1,128}$")
+_BUILD_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+OPTION_NAMES = (
+    "region",
+    "account",
+    "allowedCidrs",
+    "certificateArn",
+    "spot",
+    "offHours",
+    "warmPool",
+    "imageBuildArgs",
+)
+
+
+class DeployOptionError(ProfileError):
+    """A deploy option that cannot work; the message names the option and what to write instead."""
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    region: str = "cn-northwest-1"
+    account: str | None = None  # None: the account of the credentials, resolved by CloudFormation at deploy
+    allowed_cidrs: tuple[str, ...] = ()  # who may call the internal ALB; empty: the VPC only
+    certificate_arn: str | None = None  # HTTPS on 443 with this certificate; None: HTTP on 80 inside the VPC
+    spot: bool = False  # CPU stacks: all Spot, capacity-optimized, with capacity rebalancing
+    off_hours: tuple[int, int] | None = None  # (stop, start) hours, weekdays, Asia/Shanghai: scale to zero
+    warm_pool: int = 1  # stopped instances that hold the verified model; 0 turns the warm pool off
+    image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
+
+    def partition(self) -> str:
+        return "aws-cn" if self.region.startswith("cn-") else "aws"
+
+
+def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> DeployOptions:
+    """deploy.toml, then any `-c` value of the same name on top; every value checked."""
+    committed = _read_config(config_file)
+    raw = {**committed, **{k: context[k] for k in OPTION_NAMES if context.get(k) is not None}}
+    where = {k: ("-c" if context.get(k) is not None else config_file.name) for k in raw}
+    try:
+        region = _text(raw.get("region", DeployOptions.region), "region") or DeployOptions.region
+        options = DeployOptions(
+            region=region,
+            account=_account(raw.get("account")),
+            allowed_cidrs=_cidrs(raw.get("allowedCidrs")),
+            certificate_arn=_certificate(raw.get("certificateArn"), region),
+            spot=_flag(raw.get("spot"), "spot"),
+            off_hours=_off_hours(raw.get("offHours")),
+            warm_pool=_count(raw.get("warmPool", DeployOptions.warm_pool), "warmPool"),
+            image_build_args=_build_args(raw.get("imageBuildArgs")),
+        )
+    except _Bad as bad:
+        raise DeployOptionError(f"{bad.option} (from {where.get(bad.option, 'default')}): {bad}") from None
+    return options
+
+
+class _Bad(ValueError):
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise DeployOptionError(f"{path.name} is not valid TOML: {e}") from None
+    unknown = sorted(set(data) - set(OPTION_NAMES))
+    if unknown:
+        raise DeployOptionError(f"{path.name}: unknown option(s) {unknown}; the options are {list(OPTION_NAMES)}")
+    return data
+
+
+def _text(value: Any, option: str) -> str:
+    if not isinstance(value, str):
+        raise _Bad(option, f"expected text, got {value!r}")
+    return value.strip()
+
+
+def _account(value: Any) -> str | None:
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if not re.fullmatch(r"\d{12}", text):
+        raise _Bad("account", f"{text!r} is not a 12-digit AWS account id; leave it empty to use the credentials'")
+    return text
+
+
+def _flag(value: Any, option: str) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise _Bad(option, f"{value!r} is not true or false; write -c {option}=true")
+
+
+def _count(value: Any, option: str) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise _Bad(option, f"{value!r} is not a whole number; write e.g. -c {option}=1 (0 turns it off)") from None
+    if not 0 <= n <= 10:
+        raise _Bad(option, f"{n} is out of range 0-10")
+    return n
+
+
+def _cidrs(value: Any) -> tuple[str, ...]:
+    if value in (None, "", []):
+        return ()
+    items = value if isinstance(value, list) else str(value).split(",")
+    networks = []
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        try:
+            net = ipaddress.ip_network(item, strict=True)
+        except ValueError as e:
+            hint = ""
+            if "host bits" in str(e):
+                hint = f"; did you mean {ipaddress.ip_network(item, strict=False)}?"
+            raise _Bad("allowedCidrs", f"{item!r} is not an IPv4 network ({e}){hint}") from None
+        if net.version != 4:
+            raise _Bad("allowedCidrs", f"{item} is IPv6; the load balancer's callers are listed as IPv4 networks")
+        networks.append(net)
+    covered = sum(n.num_addresses for n in ipaddress.collapse_addresses(networks))
+    if covered > MAX_CALLER_ADDRESSES:
+        raise _Bad(
+            "allowedCidrs",
+            f"{','.join(map(str, networks))} admits {covered:,} addresses, more than a /8; the API has one shared key, "
+            "so list only your own networks (e.g. 10.8.0.0/16)",
+        )
+    return tuple(str(n) for n in networks)
+
+
+def _certificate(value: Any, region: str) -> str | None:
+    if value in (None, ""):
+        return None
+    arn = str(value).strip()
+    partition = "aws-cn" if region.startswith("cn-") else "aws"
+    if m := _ACM_ARN.match(arn):
+        if m["region"] != region:
+            raise _Bad("certificateArn", f"the certificate is in {m['region']} but the load balancer is in {region}")
+    elif not (m := _IAM_CERT_ARN.match(arn)):
+        raise _Bad(
+            "certificateArn",
+            f"{arn!r} is not a certificate ARN; write arn:{partition}:acm:{region}:<account>:certificate/<id> or "
+            f"arn:{partition}:iam::<account>:server-certificate/<name>",
+        )
+    if m["partition"] != partition:
+        raise _Bad("certificateArn", f"partition {m['partition']!r} is not {region}'s ({partition!r})")
+    return arn
+
+
+def _off_hours(value: Any) -> tuple[int, int] | None:
+    if value in (None, ""):
+        return None
+    try:
+        stop, start = (int(h) for h in str(value).split("-"))
+    except ValueError:
+        raise _Bad("offHours", f"{value!r}: write it as STOP-START hours, e.g. -c offHours=20-8") from None
+    if not (0 <= stop <= 23 and 0 <= start <= 23):
+        raise _Bad("offHours", f"{value!r}: hours are 0-23, e.g. -c offHours=20-8")
+    if stop == start:
+        raise _Bad("offHours", f"{value!r}: stop and start at the same hour would fight; e.g. -c offHours=20-8")
+    return stop, start
+
+
+def _build_args(value: Any) -> dict[str, str]:
+    """-c imageBuildArgs=NAME=value,NAME=value, or a table in deploy.toml."""
+    if value in (None, "", {}):
+        return {}
+    if isinstance(value, dict):
+        pairs = [(str(k), str(v)) for k, v in value.items()]
+    else:
+        split = [p.split("=", 1) for p in str(value).split(",") if p.strip()]
+        if any(len(p) != 2 for p in split):
+            raise _Bad("imageBuildArgs", f"{value!r}: write NAME=value pairs separated by commas")
+        pairs = [(k, v) for k, v in split]
+    args = {}
+    for name, val in ((k.strip(), v.strip()) for k, v in pairs):
+        if not _BUILD_ARG_NAME.match(name):
+            raise _Bad("imageBuildArgs", f"{name!r} is not a build-arg name (letters, digits, _): write NAME=value")
+        if any(c.isspace() for c in val) or not val:
+            raise _Bad("imageBuildArgs", f"{name}={val!r}: a value must be non-empty and hold no spaces")
+        args[name] = val
+    return args

@@ -17,6 +17,7 @@ class FleetSettings:
     deregistration_delay_s: int = 600  # lets a stream that is already running finish
     # Boot budget (creation signal, launch hook heartbeat, health-check grace): every step of a cold first boot.
     package_install_s: int = 180  # dnf: docker and the CloudWatch agent from the in-region OS repositories
+    image_pull_gib: float = 0.25  # compressed image an instance pulls (CPU goal <= 250 MB; CUDA goal <= 1.5 GB)
     image_pull_mib_s: float = 50.0  # ECR through the VPC endpoint, pull and extract, conservative
     planning_download_mib_s: float = 15.0  # worst case: one ModelScope stream, no S3 cache yet
     cache_upload_mib_s: float = 50.0  # the synchronous write-back of a fresh download to the S3 model cache

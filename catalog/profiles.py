@@ -55,7 +55,7 @@ class ServingProfile:
         f, mib = self.fleet, 1024 * 1024
         return {
             "packages": f.package_install_s,
-            "image_pull": self.image.pull_gib * GIB / (f.image_pull_mib_s * mib),
+            "image_pull": f.image_pull_gib * GIB / (f.image_pull_mib_s * mib),
             "model_download": self.model.size_bytes / (f.planning_download_mib_s * mib),
             "cache_write_back": self.model.size_bytes / (f.cache_upload_mib_s * mib),
             "model_load": f.model_load_s,
@@ -270,7 +270,7 @@ PROFILES: dict[str, ServingProfile] = {
             ),
             image="cuda",
             # g5.xlarge's EBS bandwidth (3.5 Gbit/s burst) caps the volume near 420 MiB/s: paying for more is waste.
-            fleet=FleetSettings(volume_throughput_mibps=500, volume_iops=3000),
+            fleet=FleetSettings(volume_throughput_mibps=500, volume_iops=3000, image_pull_gib=1.5),
             description="A10G + Qwen3.6-27B dense, MTP on: fastest single stream (47.89 tok/s, ¥22.98/M)",
         ),
     )

@@ -4,25 +4,36 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+# One cache outside the checkout for llama-server, the staged image sources and the image tier; exported so
+# that every synth (pytest, `npx cdk`, whatever HOME it is given) finds the staged sources.
+export LLAMA_SERVER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/qwen36-serve
 
-.PHONY: demo test test-fast test-e2e synth lint llama-server clean
+.PHONY: demo test test-fast test-e2e test-images test-images-arm64 synth lint llama-server image-sources clean
 
 ## demo: set up everything, then run the serving path locally (real llama-server, small model)
 demo: $(STAMP) node_modules/.installed llama-server
 	$(PY) -m launcher.local
 
-## test: set up everything, then run every test tier
-test: $(STAMP) node_modules/.installed llama-server
+## test: set up everything, then run every test tier (the x86-64 image is built and run in Docker)
+test: $(STAMP) node_modules/.installed llama-server image-sources
 	$(PY) -m pytest
 
-## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server)
-test-fast: $(STAMP) node_modules/.installed
+## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server, no Docker)
+test-fast: $(STAMP) node_modules/.installed image-sources
 	$(PY) -m pytest -m "not e2e"
 
 test-e2e: $(STAMP) llama-server
 	$(PY) -m pytest -m e2e
 
-synth: $(STAMP) node_modules/.installed
+## test-images: build the x86-64 image from the synthesized asset and run it (installs and starts Docker)
+test-images: $(STAMP) node_modules/.installed image-sources
+	$(PY) -m pytest tests/images
+
+## test-images-arm64: the arm64 image under QEMU (opt-in: over an hour on 2 cores)
+test-images-arm64: $(STAMP) node_modules/.installed image-sources
+	QWEN36_ARM64_TIER=1 $(PY) -m pytest tests/images/test_arm64_image.py
+
+synth: $(STAMP) node_modules/.installed image-sources
 	npx cdk synth --quiet
 
 lint: $(STAMP)
@@ -30,6 +41,10 @@ lint: $(STAMP)
 
 llama-server: $(STAMP)
 	@PYTHON=$(PY) scripts/build-llama-server.sh >/dev/null
+
+## image-sources: stage the pinned llama.cpp sdist and the image's wheels for `cdk synth`/`cdk deploy`
+image-sources: $(STAMP)
+	@PYTHON=$(PY) scripts/stage-image-sources.sh >/dev/null
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (see .python-version)"'

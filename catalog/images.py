@@ -33,7 +33,9 @@ APP_DOCKERFILE = "app.Dockerfile"
 
 # Profile fields the image never reads: the instance hands the launcher its profile as JSON at start, and the
 # launcher uses the server, model and hardware shape only. Editing them must not rebuild or roll the fleet.
-IMAGE_INDEPENDENT_FIELDS = frozenset({"description", "ri_1yr_all_upfront_cny", "on_demand_cny_per_hour", "price_is_estimate"})
+IMAGE_INDEPENDENT_FIELDS = frozenset(
+    {"description", "ri_1yr_all_upfront_cny", "on_demand_cny_per_hour", "price_is_estimate"}
+)
 
 # CloudFormation waits at most this long for a custom resource; ServiceTimeout is "an integer from 1 to 3600"
 # (AWS::CloudFormation::CustomResource, https://docs.amazonaws.cn/en_us/AWSCloudFormation/latest/TemplateReference/
@@ -44,8 +46,8 @@ BUILD_POLL_INTERVAL_S = 60
 LAYER_BUILD_TIMEOUT_MIN = 50  # CodeBuild timeout per layer; the waiter gives up at 55 min, CloudFormation at 60
 
 # AWS Deep Learning Containers are published to the China regions from this account
-# (https://docs.amazonaws.cn/sagemaker/latest/dg-ecr-paths/ecr-cn-north-1.html lists
-# 727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/...). The CUDA build stage needs nvcc, which the PyTorch
+# (https://docs.amazonaws.cn/sagemaker/latest/dg-ecr-paths/ecr-cn-north-1.html lists its registry path for
+# Beijing). The CUDA build stage needs nvcc, which the PyTorch
 # training images carry; that this tag is published in cn-northwest-1 is open (see docker/README.md).
 DLC_ACCOUNT_CHINA = "727897471807"
 CUDA_BUILD_REPOSITORY = "pytorch-training"

@@ -5,6 +5,8 @@ def handler(event, context):
     if event["RequestType"] == "Delete":
         return {"IsComplete": True}
     build_id = event["Data"]["BuildId"]
+    if not build_id:  # the tag was already in ECR
+        return {"IsComplete": True}
     build = boto3.client("codebuild").batch_get_builds(ids=[build_id])["builds"][0]
     status = build["buildStatus"]
     print(f"{build_id}: {status} ({build.get('currentPhase')})")

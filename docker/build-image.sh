@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Build one image target in two layers, each skipped when its tag already exists:
+#   base  docker/<TARGET>.Dockerfile: llama-server on a bootstrapped root, tagged by its own inputs (BASE_TAG)
+#   app   docker/app.Dockerfile: the runtime packages on top of that base (IMAGE_TAG)
+# CodeBuild runs it from the unpacked source asset (the buildspec in stacks/image_build.py), and the image test
+# tier runs it the same way with REPOSITORY_NAME unset: then nothing is pushed and "exists" means a local image.
+#
+# Environment: TARGET, PLATFORM (linux/amd64, linux/arm64), BASE_TAG, IMAGE_TAG, REPOSITORY_URI, SOURCES_DIR
+# (the staged llama.cpp sdist and wheels), REPOSITORY_NAME (ECR; empty: local), STAGE (base, app or all),
+# ROOTFS_FLAVOR (al2023 or debian), BUILD_ARGS (NAME=value pairs separated by spaces; values have no spaces).
+set -euo pipefail
+
+: "${TARGET:?}" "${PLATFORM:?}" "${BASE_TAG:?}" "${IMAGE_TAG:?}" "${REPOSITORY_URI:?}" "${SOURCES_DIR:?}"
+stage="${STAGE:-all}"
+flavor="${ROOTFS_FLAVOR:-al2023}"
+context="$(cd "$(dirname "$0")/.." && pwd)"
+arch="${PLATFORM#linux/}"
+log() { echo "build-image: $*" >&2; }
+
+# Build arguments are passed one by one, quoted: a value can neither split nor become a docker option.
+read -r -a pairs <<<"${BUILD_ARGS:-}"
+build_args=()
+build_image="" runtime_image=""
+for pair in "${pairs[@]}"; do
+  if [[ ! "$pair" =~ ^[A-Z][A-Z0-9_]*=[^[:space:]]+$ ]]; then
+    log "refusing build argument '$pair': NAME=value, no spaces"
+    exit 2
+  fi
+  build_args+=(--build-arg "$pair")
+  case "$pair" in
+    BUILD_IMAGE=*) build_image="${pair#*=}" ;;
+    RUNTIME_IMAGE=*) runtime_image="${pair#*=}" ;;
+  esac
+done
+
+exists() {
+  if [[ -z "${REPOSITORY_NAME:-}" ]]; then
+    docker image inspect "$REPOSITORY_URI:$1" >/dev/null 2>&1
+    return
+  fi
+  local err
+  if err=$(aws ecr describe-images --repository-name "$REPOSITORY_NAME" --image-ids imageTag="$1" 2>&1 >/dev/null); then
+    return 0
+  fi
+  [[ "$err" == *ImageNotFoundException* ]] && return 1
+  log "cannot tell whether $1 exists: $err" # never guess: pushing over an immutable tag fails the deploy
+  exit 1
+}
+
+push() {
+  [[ -z "${REPOSITORY_NAME:-}" ]] && return
+  docker push "$REPOSITORY_URI:$1"
+}
+
+# An ECR image in a build argument (a mirror of a base, or an AWS-published image) needs its registry's login.
+login_to_registries() {
+  [[ -z "${REPOSITORY_NAME:-}" ]] && return
+  local value registry region
+  for value in "$build_image" "$runtime_image"; do
+    registry="${value%%/*}"
+    [[ "$registry" == *.dkr.ecr.* ]] || continue
+    region="${registry#*.dkr.ecr.}"
+    region="${region%%.*}"
+    aws ecr get-login-password --region "$region" | docker login -u AWS --password-stdin "$registry" >/dev/null
+  done
+}
+
+# The bootstrapped roots are cached as local images, keyed by the script that makes them.
+root_image() {
+  local role="$1" key
+  key=$(sha256sum "$context/docker/bootstrap-base.sh" | cut -c1-12)
+  local tag="qwen36-root/$role:$flavor-$arch-$key"
+  if ! docker image inspect "$tag" >/dev/null 2>&1; then
+    log "bootstrapping the $role root ($flavor, $arch)"
+    bash "$context/docker/bootstrap-base.sh" "$role" "$flavor" "$arch" "$tag" >/dev/null
+  fi
+  echo "$tag"
+}
+
+build_base() {
+  if exists "$BASE_TAG"; then
+    log "base $BASE_TAG exists"
+    return
+  fi
+  login_to_registries
+  [[ -n "$build_image" ]] || build_args+=(--build-arg "BUILD_IMAGE=$(root_image build)")
+  [[ -n "$runtime_image" ]] || build_args+=(--build-arg "RUNTIME_IMAGE=$(root_image runtime)")
+  rm -rf "$context/sources"
+  mkdir -p "$context/sources"
+  cp "$SOURCES_DIR"/llama_cpp_python-*.tar.gz "$context/sources/" 2>/dev/null || log "llama.cpp source not staged"
+  local network=none # the staged source is all the build needs
+  [[ " ${pairs[*]} " == *" PIP_INDEX_URL="* ]] && network=host
+  log "building base $BASE_TAG"
+  docker build --network "$network" --platform "$PLATFORM" -f "$context/docker/$TARGET.Dockerfile" \
+    "${build_args[@]}" -t "$REPOSITORY_URI:$BASE_TAG" "$context"
+  push "$BASE_TAG"
+}
+
+build_app() {
+  if exists "$IMAGE_TAG"; then
+    log "image $IMAGE_TAG exists"
+    return
+  fi
+  if ! docker image inspect "$REPOSITORY_URI:$BASE_TAG" >/dev/null 2>&1; then
+    docker pull "$REPOSITORY_URI:$BASE_TAG"
+  fi
+  (cd "$SOURCES_DIR/wheels" && sha256sum -c --quiet SHA256SUMS)
+  rm -rf "$context/site"
+  mkdir -p "$context/site"
+  local wheel
+  for wheel in "$SOURCES_DIR"/wheels/*.whl; do
+    python3 -m zipfile -e "$wheel" "$context/site"
+  done
+  log "building image $IMAGE_TAG on $BASE_TAG"
+  docker build --network none --platform "$PLATFORM" -f "$context/docker/app.Dockerfile" \
+    --build-arg "LLAMA_BASE=$REPOSITORY_URI:$BASE_TAG" -t "$REPOSITORY_URI:$IMAGE_TAG" "$context"
+  push "$IMAGE_TAG"
+}
+
+case "$stage" in
+  base) build_base ;;
+  app) build_app ;;
+  all) build_base && build_app ;;
+  *) log "unknown STAGE $stage" && exit 2 ;;
+esac

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Stage what the in-region image build needs from outside the region, once, into a cache outside the checkout:
+# the llama.cpp source (the pinned PyPI sdist, sha256-checked) and the image's pure-Python wheels (pip checks
+# the hashes in docker/requirements-image.txt). `cdk synth` puts this directory into the build's S3 asset, so
+# the builder reaches no package index. Prints the directory on stdout.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dockerfile="$root/docker/x86-64-cpu.Dockerfile"
+version=$(sed -n 's/^ARG LLAMA_CPP_PYTHON_VERSION=//p' "$dockerfile")
+sha256=$(sed -n 's/^ARG LLAMA_CPP_PYTHON_SHA256=//p' "$dockerfile")
+cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen36-serve}"
+dest="$cache_root/image-sources"
+python="${PYTHON:-python3}"
+sdist="$dest/llama_cpp_python-$version.tar.gz"
+
+mkdir -p "$dest/wheels"
+if ! echo "$sha256  $sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
+  work="$(mktemp -d "${TMPDIR:-/tmp}/stage.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
+  echo "$sha256  $work/llama_cpp_python-$version.tar.gz" | sha256sum -c --quiet - >&2 \
+    || { echo "sha256 of llama_cpp_python-$version.tar.gz is not $sha256" >&2; exit 1; }
+  find "$dest" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' -delete
+  mv "$work/llama_cpp_python-$version.tar.gz" "$sdist"
+fi
+
+rm -f "$dest"/wheels/*.whl "$dest/wheels/SHA256SUMS"
+"$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \
+  -r "$root/docker/requirements-image.txt" --dest "$dest/wheels" >&2
+(cd "$dest/wheels" && sha256sum -- *.whl >SHA256SUMS)
+echo "$dest"

@@ -1,0 +1,54 @@
+"""A Docker engine for the image tier: Debian's docker.io and debootstrap, installed and started when missing.
+
+CI is a clean clone on a fresh machine, as root, with no engine; this is what findings.md verified there:
+`dockerd --iptables=false` with overlay2. The engine is left running and its images (the bootstrapped roots,
+the llama.cpp bases) stay in /var/lib/docker, outside the checkout: later runs reuse them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+DOCKER = "/usr/bin/docker"  # Debian's client, which speaks to Debian's engine (another may be first on PATH)
+CACHE = Path(os.environ.get("LLAMA_SERVER_CACHE") or Path.home() / ".cache" / "qwen36-serve")
+
+
+def docker(*args: str, check: bool = True, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([DOCKER, *args], check=check, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def engine_env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"/usr/bin:/usr/sbin:{os.environ.get('PATH', '')}", "DOCKER_BUILDKIT": "1"}
+
+
+def ensure_engine() -> None:
+    missing = [
+        p for p, exe in (("docker.io", DOCKER), ("debootstrap", "/usr/sbin/debootstrap")) if not Path(exe).exists()
+    ]
+    if missing:
+        if os.geteuid() != 0:
+            raise RuntimeError(f"the image tier needs {', '.join(missing)} (apt-get install) and root")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", *missing], check=True, env=env, capture_output=True, timeout=900
+        )
+    if docker("info", check=False, timeout=30).returncode == 0:
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log = (CACHE / "dockerd.log").open("a")
+    subprocess.Popen(
+        [shutil.which("dockerd", path="/usr/sbin:/usr/bin") or "dockerd", "--iptables=false"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # outlives the test session: the next run finds it warm
+    )
+    deadline = time.monotonic() + 90
+    while docker("info", check=False, timeout=30).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"dockerd did not start; see {CACHE / 'dockerd.log'}")
+        time.sleep(1)

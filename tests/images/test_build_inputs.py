@@ -1,0 +1,324 @@
+"""What CodeBuild receives and how the build is keyed, checked in the synthesized assembly (no Docker engine).
+
+Each test here failed on the image build as it stood before the China-native supply chain (issue 11; issue 9
+items 4, 5 and the build-argument half of 10).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+
+from catalog import PROFILES, ProfileError
+from catalog.images import (
+    BUILD_POLL_INTERVAL_S,
+    CUSTOM_RESOURCE_MAX_WAIT_S,
+    IMAGE_TARGETS,
+    LAYER_BUILD_TIMEOUT_MIN,
+)
+from stacks.app import build_app
+from stacks.image_build import APP_PACKAGES, ImageBuild, app_key, base_key, pinned_sources
+from tests.conftest import ROOT, cdk_context
+from tests.images.buildspec import build_inputs
+
+STACKS = [p.stack_name for p in PROFILES.values()]
+X86 = IMAGE_TARGETS["x86-64-cpu"]
+
+
+def _files(folder: Path) -> set[str]:
+    return {
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_source_asset_holds_exactly_the_build_context(image_assembly, stack):
+    """The directory the CDK CLI zips for CodeBuild: docker/ and the four runtime packages, nothing else."""
+    inputs = build_inputs(image_assembly, stack)
+    expected = set()
+    for folder in ("docker", *APP_PACKAGES):
+        expected |= {f"{folder}/{f}" for f in _files(ROOT / folder)}
+    got = _files(inputs.context)
+    assert got == expected
+    for needed in ("docker/build-image.sh", f"docker/{X86.dockerfile}", "docker/app.Dockerfile", "launcher/cli.py"):
+        assert needed in got
+    for name in got:
+        assert (inputs.context / name).read_bytes() == (ROOT / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_staged_sources_asset_holds_the_pinned_llama_cpp_source_and_wheels(image_assembly, stack):
+    import hashlib
+
+    inputs = build_inputs(image_assembly, stack)
+    hashes = {
+        str(p.relative_to(inputs.sources)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in inputs.sources.rglob("*")
+        if p.is_file()
+    }
+    for name, sha in pinned_sources().items():
+        if name.startswith("wheels/"):
+            assert sha in {v for k, v in hashes.items() if k.startswith("wheels/")}, name
+        else:
+            assert hashes.get(name) == sha, name
+
+
+def test_unstaged_sources_are_a_synth_error_that_says_what_to_run(tmp_path):
+    app = cdk.App(context=cdk_context())
+    stack = cdk.Stack(app, "S", env=cdk.Environment(region="cn-northwest-1"))
+    ImageBuild(stack, "Image", target=X86, sources_dir=tmp_path / "nothing-here")
+    with pytest.raises(
+        RuntimeError, match=r"sources are not staged: .*nothing-here does not exist.*make image-sources"
+    ):
+        app.synth()
+
+
+def test_the_buildspec_runs_the_build_script_and_never_splits_build_arguments(image_assembly):
+    inputs = build_inputs(image_assembly, "IntelMoeStack")
+    assert inputs.commands == ['SOURCES_DIR="$CODEBUILD_SRC_DIR_sources" bash docker/build-image.sh']
+    assert "$BUILD_ARGS" not in json.dumps(inputs.project["Source"]["BuildSpec"])
+    assert inputs.project["SecondarySources"][0]["SourceIdentifier"] == "sources"
+
+
+# --- the default build reaches nothing outside the region --------------------------------------------------
+
+
+@pytest.mark.parametrize("dockerfile", sorted((ROOT / "docker").glob("*.Dockerfile")), ids=lambda p: p.name)
+def test_no_dockerfile_defaults_to_a_public_registry_or_index(dockerfile):
+    text = dockerfile.read_text()
+    for public in ("docker.io", "ghcr.io", "nvcr.io", "huggingface", "pypi.org", "quay.io", "gcr.io"):
+        assert public not in text, f"{dockerfile.name} defaults to {public}"
+    for line in re.findall(r"^ARG \w+_IMAGE=(\S*)$", text, re.M):
+        assert line.startswith("qwen36-root/") or "${" in line, line
+    assert not re.search(r"apt-get|dnf |yum |pip install|curl |wget ", text), (
+        "packages come from the bootstrapped roots"
+    )
+
+
+def test_build_script_builds_without_network_unless_a_mirror_is_asked_for():
+    script = (ROOT / "docker" / "build-image.sh").read_text()
+    assert script.count('docker build --network "$network"') == 1 and "local network=none" in script
+    assert script.count("docker build --network none") == 1
+
+
+# --- issue 9 item 4: the build role, immutable tags and rollbacks -------------------------------------------
+
+
+def _policies(template: dict, role_fragment: str) -> list[dict]:
+    return [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy" and any(role_fragment in json.dumps(x) for x in r["Properties"]["Roles"])
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _actions(statement: dict) -> list[str]:
+    a = statement["Action"]
+    return [a] if isinstance(a, str) else a
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_build_role_and_start_handler_can_see_which_tags_exist(image_assembly, stack):
+    template = json.loads((image_assembly / f"{stack}.template.json").read_text())
+    for role in ("ImageProjectRole", "ImageStartHandlerServiceRole"):
+        statements = [s for s in _policies(template, role) if "ecr:DescribeImages" in _actions(s)]
+        assert statements, f"{role} lacks ecr:DescribeImages"
+        assert all("ImageRepository" in json.dumps(s["Resource"]) for s in statements)
+
+
+def test_a_base_image_in_another_ecr_repository_can_be_pulled():
+    mirror = "123456789012.dkr.ecr.cn-northwest-1.amazonaws.com.cn/mirror/qwen36-runtime:trixie"
+    app = build_app({**cdk_context(), "imageBuildArgs": f"RUNTIME_IMAGE={mirror}"})
+    template = Template.from_stack(app.node.find_child("IntelMoeStack")).to_json()
+    pulls = [s for s in _policies(template, "ImageProjectRole") if "ecr:BatchGetImage" in _actions(s)]
+    text = json.dumps(pulls)
+    assert "123456789012" in text and "repository/mirror/qwen36-runtime" in text
+    assert "arn:aws:" not in text
+
+
+def test_cuda_build_image_is_pulled_from_the_regions_deep_learning_containers(image_assembly):
+    template = json.loads((image_assembly / "GpuMtpStack.template.json").read_text())
+    pulls = json.dumps([s for s in _policies(template, "ImageProjectRole") if "ecr:BatchGetImage" in _actions(s)])
+    assert "727897471807" in pulls and "repository/pytorch-training" in pulls
+
+
+def test_start_handler_skips_a_tag_that_is_already_in_ecr(monkeypatch):
+    """A rollback updates the custom resource back to the previous tag: nothing is built, nothing pushed."""
+    import boto3
+    from moto import mock_aws
+
+    from stacks.handlers import image_build_start
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "cn-northwest-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        ecr = boto3.client("ecr")
+        ecr.create_repository(repositoryName="serving", imageTagMutability="IMMUTABLE")
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"digest": "sha256:" + "0" * 64},
+                "layers": [],
+            }
+        )
+        ecr.put_image(repositoryName="serving", imageManifest=manifest, imageTag="x86-64-cpu-0123456789abcdef")
+        event = {
+            "RequestType": "Update",
+            "PhysicalResourceId": "x86-64-cpu-fedcba9876543210",
+            "ResourceProperties": {
+                "ProjectName": "no-such-project",  # a StartBuild would fail: it must not be called
+                "RepositoryName": "serving",
+                "ImageTag": "x86-64-cpu-0123456789abcdef",
+                "Stage": "app",
+            },
+        }
+        result = image_build_start.handler(event, None)
+    assert result == {"PhysicalResourceId": "x86-64-cpu-0123456789abcdef", "Data": {"BuildId": ""}}
+
+    from stacks.handlers import image_build_is_complete
+
+    assert image_build_is_complete.handler({"RequestType": "Update", "Data": result["Data"]}, None) == {
+        "IsComplete": True
+    }
+
+
+# --- issue 9 item 5: CloudFormation waits at most an hour for a custom resource -----------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_wait_fits_inside_cloudformations_custom_resource_limit(image_assembly, stack):
+    template = json.loads((image_assembly / f"{stack}.template.json").read_text())
+    resources = template["Resources"].values()
+    customs = [r for r in resources if r["Type"] == "AWS::CloudFormation::CustomResource"]
+    assert len(customs) == 2  # the base and the application layer, each with its own hour
+    for r in customs:
+        assert r["Properties"]["ServiceTimeout"] == CUSTOM_RESOURCE_MAX_WAIT_S <= 3600
+    (machine,) = [r for r in resources if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    definition = json.dumps(machine["Properties"]["DefinitionString"]).replace('\\"', '"')
+    interval = int(re.search(r'"IntervalSeconds":\s*(\d+)', definition).group(1))
+    attempts = int(re.search(r'"MaxAttempts":\s*(\d+)', definition).group(1))
+    waiter = interval * attempts
+    assert interval == BUILD_POLL_INTERVAL_S
+    assert waiter < CUSTOM_RESOURCE_MAX_WAIT_S, "the waiter must report before CloudFormation gives up silently"
+    (project,) = [r for r in resources if r["Type"] == "AWS::CodeBuild::Project"]
+    build_s = project["Properties"]["TimeoutInMinutes"] * 60
+    assert build_s == LAYER_BUILD_TIMEOUT_MIN * 60
+    assert build_s + interval <= waiter, "a build that times out is seen failing before the waiter gives up"
+
+
+# --- issue 9 item 10: build arguments ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple --network=host", "spaces"),
+        ("PIP_INDEX_URL=https://mirror/simple;rm -rf /", "spaces"),
+        ("PIP_INDEX_URL=https://mirror/$(id)", "without spaces"),
+        ("BASE_IMAGE=123456789012.dkr.ecr.cn-northwest-1.amazonaws.com.cn/mirror/ubuntu:24.04", "use one of"),
+        ("pip_index_url=https://mirror/simple", "upper case"),
+        ("PIP_INDEX_URL=http://mirror/simple", "https://"),
+        ("RUNTIME_IMAGE=not an image", "spaces"),
+        ("RUNTIME_IMAGE=UPPER/case", "image reference"),
+        ("LLAMA_BASE=evil/base:1", "use one of"),
+    ],
+)
+def test_bad_build_arguments_are_refused_at_synth_with_what_to_change(value, message):
+    with pytest.raises(ProfileError, match=re.escape(message)):
+        build_app({**cdk_context(), "imageBuildArgs": value})
+
+
+def test_good_build_arguments_reach_the_build_intact():
+    value = "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple,LLAMA_CPP_BUILD=11312"
+    app = build_app({**cdk_context(), "imageBuildArgs": value})
+    template = Template.from_stack(app.node.find_child("IntelMoeStack")).to_json()
+    (project,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
+    env = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
+    assert env["BUILD_ARGS"] == "LLAMA_CPP_BUILD=11312 PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"
+
+
+def test_build_script_refuses_a_pair_that_would_become_a_docker_option(tmp_path):
+    """Even past synth, the script passes each pair quoted and refuses one that is not NAME=value."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TARGET": "x86-64-cpu",
+        "PLATFORM": "linux/amd64",
+        "BASE_TAG": "b",
+        "IMAGE_TAG": "i",
+        "REPOSITORY_URI": "r",
+        "SOURCES_DIR": str(tmp_path),
+        "BUILD_ARGS": "PIP_INDEX_URL=https://m/simple --network=host",
+    }
+    out = subprocess.run(
+        ["bash", str(ROOT / "docker" / "build-image.sh")], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 2 and "refusing build argument '--network=host'" in out.stderr
+
+
+# --- issue 11: layered images keyed by their own inputs -----------------------------------------------------
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    for folder in ("docker", *APP_PACKAGES):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _keys(root: Path) -> tuple[str, str]:
+    base = f"base-x86-64-cpu-{base_key(X86, {}, root)}"
+    return base, app_key(base, {}, root)
+
+
+def _edit(path: Path, pattern: str, replacement: str) -> None:
+    text = path.read_text()
+    new, n = re.subn(pattern, replacement, text, count=1)
+    assert n == 1, f"{pattern!r} not found in {path}"
+    path.write_text(new)
+
+
+def test_price_and_description_edits_leave_both_tags_unchanged(tree):
+    before = _keys(tree)
+    _edit(tree / "catalog" / "hardware.py", r"ri_1yr_all_upfront_cny=\d+", "ri_1yr_all_upfront_cny=1")
+    _edit(tree / "catalog" / "hardware.py", r"on_demand_cny_per_hour=[\d.]+", "on_demand_cny_per_hour=0.01")
+    _edit(tree / "catalog" / "profiles.py", r'description="[^"]*"', 'description="cheaper now"')
+    _edit(tree / "catalog" / "hardware.py", r'^"""[^\n]*', '"""A new module docstring."""')
+    (tree / "catalog" / "hardware.py").write_text((tree / "catalog" / "hardware.py").read_text() + "# a comment\n")
+    assert _keys(tree) == before
+
+
+def test_a_runtime_change_rebuilds_only_the_application_layer(tree):
+    base, app = _keys(tree)
+    _edit(tree / "launcher" / "cli.py", r"\n", "\n# changed\n")
+    new_base, new_app = _keys(tree)
+    assert new_base == base and new_app != app
+    _edit(tree / "catalog" / "hardware.py", r"physical_cores=16", "physical_cores=15")  # read by the launcher
+    assert _keys(tree)[0] == base and _keys(tree)[1] != new_app
+
+
+def test_a_llama_cpp_bump_rebuilds_its_base(tree):
+    base, app = _keys(tree)
+    arm = base_key(IMAGE_TARGETS["arm64-cpu"], {}, tree)
+    _edit(tree / "docker" / X86.dockerfile, r"ARG LLAMA_CPP_BUILD=\d+", "ARG LLAMA_CPP_BUILD=11313")
+    new_base, new_app = _keys(tree)
+    assert new_base != base and new_app != app  # the application layer is rebuilt on the new base: a COPY
+    assert base_key(IMAGE_TARGETS["arm64-cpu"], {}, tree) == arm  # other targets keep theirs
+    assert app_key(base, {}, tree) == app  # and the application inputs alone did not change
+
+
+def test_the_synthesized_tags_are_the_keys(image_assembly):
+    inputs = build_inputs(image_assembly, "IntelMoeStack")
+    assert inputs.env["BASE_TAG"] == f"base-x86-64-cpu-{base_key(X86, {})}"
+    assert inputs.env["IMAGE_TAG"] == f"x86-64-cpu-{app_key(inputs.env['BASE_TAG'], {})}"

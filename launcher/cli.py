@@ -14,6 +14,7 @@ from pathlib import Path
 from catalog import ProfileError, ServingProfile
 from launcher.preflight import EX_CONFIG, LaunchRefused, check_gpu, check_model
 from launcher.serve import describe, exec_server, resolve_binary, server_command, server_environment
+from modelfetch.cli import add_network_options, network_policies, positive_int
 
 DEFAULT_PROFILE = "/etc/qwen36/profile.json"
 DEFAULT_MODEL_DIR = "/models"
@@ -47,18 +48,34 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def fetch(args: argparse.Namespace) -> int:
+    """Exit 0 with the model in place, 1 with one line saying what failed (systemd and cloud-init show it)."""
     import modelfetch
 
     profile = load_profile(args.profile)
-    path = modelfetch.fetch_model(
-        profile.model,
-        Path(args.model_dir),
-        endpoint=args.endpoint,
-        s3_cache=args.s3_cache,
-        connections=args.connections,
-    )
+    retry, rate = network_policies(args)
+    try:
+        path = modelfetch.fetch_model(
+            profile.model,
+            Path(args.model_dir),
+            endpoint=args.endpoint,
+            s3_cache=args.s3_cache,
+            connections=args.connections,
+            retry=retry,
+            rate=rate,
+        )
+    except modelfetch.FetchError as e:
+        return _fetch_failed(str(e))
+    except OSError as e:
+        return _fetch_failed(f"{e.strerror or type(e).__name__}{f': {e.filename}' if e.filename else ''}")
+    except KeyboardInterrupt:
+        return _fetch_failed("interrupted; run the same command again to resume", code=130)
     print(f"launcher: model ready at {path}", flush=True)
     return 0
+
+
+def _fetch_failed(reason: str, code: int = 1) -> int:
+    print(f"launcher: fetch failed: {reason}", file=sys.stderr, flush=True)
+    return code
 
 
 def health(args: argparse.Namespace) -> int:
@@ -89,7 +106,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
     f.add_argument("--s3-cache", help="s3://bucket/prefix of the in-region model cache")
     f.add_argument("--endpoint", help="ModelScope base URL (default: MODELSCOPE_ENDPOINT, else modelfetch's default)")
-    f.add_argument("--connections", type=int, default=8, help="parallel ranged connections (default 8)")
+    f.add_argument("--connections", type=positive_int, default=8, help="parallel ranged connections (default 8)")
+    add_network_options(f)
     f.set_defaults(func=fetch)
 
     h = sub.add_parser("health", help="exit 0 when llama-server's /health answers 200 (container HEALTHCHECK)")

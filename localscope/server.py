@@ -59,6 +59,8 @@ class Faults:
     corrupt_times: int | None = 1  # how many bodies carry the flipped byte (None: every one)
     token: str | None = None  # when set, requests without this token answer 401
     redirect_to: str | None = None  # base URL: the SDK download URL answers 302 to a signed URL there, like the hub
+    trickle_every_s: float | None = None  # hostile: bodies go out one byte per this many seconds
+    listed_sizes: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the size the listing claims
 
 
 @dataclass
@@ -151,15 +153,26 @@ class LocalScope:
     def repo_exists(self, repo: str) -> bool:
         if any(r == repo for r, _ in self._extra):
             return True
-        return self.root is not None and (self.root / repo).is_dir()
+        return self._repo_dir(repo) is not None
+
+    def _repo_dir(self, repo: str) -> Path | None:
+        """`root/owner/name` when `repo` names a directory inside root (no "..", no link out of it), else None."""
+        if self.root is None or not _safe_repo(repo):
+            return None
+        base = self.root / repo
+        if not base.is_dir() or not base.resolve().is_relative_to(self.root.resolve()):
+            return None
+        return base
 
     def files(self, repo: str) -> dict[str, Path]:
         out: dict[str, Path] = {}
-        if self.root is not None and (self.root / repo).is_dir():
-            base = self.root / repo
+        base = self._repo_dir(repo)
+        if base is not None:
+            inside = base.resolve()
             for p in sorted(base.rglob("*")):
                 rel = p.relative_to(base).as_posix()
-                if p.is_file() and not rel.endswith(".sha256") and not any(s.startswith(".") for s in rel.split("/")):
+                hidden = rel.endswith(".sha256") or any(s.startswith(".") for s in rel.split("/"))
+                if p.is_file() and not hidden and p.resolve().is_relative_to(inside):
                     out[rel] = p
         for (r, rel), p in self._extra.items():
             if r == repo:
@@ -207,6 +220,11 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+def _safe_repo(repo: str) -> bool:
+    parts = repo.split("/")
+    return len(parts) == 2 and all(p not in ("", ".", "..") and "\\" not in p and "\x00" not in p for p in parts)
+
+
 def _envelope(data: Any, *, code: int = 200, message: str = "success") -> dict[str, Any]:
     return {
         "Code": code,
@@ -223,6 +241,10 @@ def _handler_for(scope: LocalScope) -> type[BaseHTTPRequestHandler]:
 
     Handler.scope = scope
     return Handler
+
+
+def _repo(m: re.Match[str]) -> str:
+    return f"{unquote(m[1])}/{unquote(m[2])}"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -272,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         url = urlsplit(self.path)
-        path = unquote(url.path)
+        path = url.path  # route on the raw path: each part is decoded after matching, so %2F and %2E%2E stay inside
         q = {k: v[-1] for k, v in parse_qs(url.query).items()}
         if path == "/api/v1/repos/internalAccelerationInfo":
             self._record("api", 200)
@@ -281,17 +303,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._record("denied", 401)
             return self._error(401, UNAUTHORIZED, "AccessToken is invalid or expired, please login again")
         if m := _FILES.match(path):
-            return self._list_files(f"{m[1]}/{m[2]}", q.get("Revision", "master"), q.get("Root"))
+            return self._list_files(_repo(m), q.get("Revision", "master"), q.get("Root"))
         if m := _REPO_FILE.match(path):
             if self.scope.faults.redirect_to:
-                return self._redirect(f"{m[1]}/{m[2]}", q.get("Revision", "master"), q.get("FilePath", ""))
-            return self._download(f"{m[1]}/{m[2]}", q.get("Revision", "master"), q.get("FilePath", ""))
+                return self._redirect(_repo(m), q.get("Revision", "master"), q.get("FilePath", ""))
+            return self._download(_repo(m), q.get("Revision", "master"), q.get("FilePath", ""))
         if m := _RESOLVE.match(path):
-            return self._download(f"{m[1]}/{m[2]}", m[3], m[4])
+            return self._download(_repo(m), unquote(m[3]), unquote(m[4]))
         if m := _REVISIONS.match(path):
-            return self._revisions(f"{m[1]}/{m[2]}")
+            return self._revisions(_repo(m))
         if m := _MODEL.match(path):
-            return self._model(f"{m[1]}/{m[2]}")
+            return self._model(_repo(m))
         self._record("unknown", 404)
         self._error(404, NOT_FOUND, f"no such endpoint: {path}")
 
@@ -333,7 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "Path": rel,
                     "Revision": revision,
                     "Sha256": self.scope.sha256(p),
-                    "Size": st.st_size,
+                    "Size": self.scope.faults.listed_sizes.get(rel, st.st_size),
                     "Type": "blob",
                 }
             )
@@ -444,6 +466,8 @@ class _Handler(BaseHTTPRequestHandler):
         sock = self.connection
         t0 = time.monotonic()
         sent = 0
+        if faults.trickle_every_s:
+            return self._trickle(source, start, length, faults.trickle_every_s)
         with source.open("rb") as f:
             fd = f.fileno()
             while sent < length:
@@ -471,6 +495,16 @@ class _Handler(BaseHTTPRequestHandler):
         if reset_at is not None:
             raise _Reset()
         return sent
+
+    def _trickle(self, source: Path, start: int, length: int, every_s: float) -> int:
+        """A hostile server: one byte at a time, never idle long enough for a read timeout."""
+        with source.open("rb") as f:
+            f.seek(start)
+            for _ in range(length):
+                self.connection.sendall(f.read(1))
+                self.scope.stats.add_bytes(1)
+                time.sleep(every_s)
+        return length
 
     def _abort(self) -> None:
         """Drop the connection mid-body: RST like a middlebox, or a clean close that leaves a short body."""

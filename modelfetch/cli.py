@@ -7,7 +7,7 @@
 On success it prints one JSON line on stdout: path, size, sha256, source, transfer figures, and the GGUF's
 architecture, nextn_predict_layers and has_mtp_layers. Logs and the progress bar go to stderr.
 
-Exit status: 0 fetched and verified; 1 fetch failed (message on stderr); 2 bad arguments;
+Exit status: 0 fetched and verified; 1 fetch failed (one line on stderr saying what to do); 2 bad arguments;
 3 the file is not what the profile expects (architecture, or MTP requested but no MTP layers).
 """
 
@@ -24,8 +24,10 @@ from typing import Any
 from modelfetch.errors import FetchError
 from modelfetch.fetch import FileSpec, fetch_file
 from modelfetch.modelscope import DEFAULT_ENDPOINT
+from modelfetch.pace import RatePolicy
 from modelfetch.progress import human_bytes
 from modelfetch.ranged import MIB
+from modelfetch.retry import RetryPolicy
 
 log = logging.getLogger("modelfetch")
 
@@ -52,12 +54,59 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument(
         "--endpoint", default=None, help=f"ModelScope endpoint (default $MODELSCOPE_ENDPOINT or {DEFAULT_ENDPOINT})"
     )
-    how.add_argument("--connections", type=int, default=8, help="parallel connections to ModelScope (default 8)")
-    how.add_argument("--s3-connections", type=int, default=16, help="parallel GETs from the S3 cache (default 16)")
-    how.add_argument("--part-size-mib", type=int, default=16, help="MiB per ranged request (default 16)")
+    how.add_argument(
+        "--connections", type=positive_int, default=8, help="parallel connections to ModelScope (default 8)"
+    )
+    how.add_argument(
+        "--s3-connections", type=positive_int, default=16, help="parallel GETs from the S3 cache (default 16)"
+    )
+    how.add_argument("--part-size-mib", type=positive_int, default=16, help="MiB per ranged request (default 16)")
+    add_network_options(how)
     how.add_argument("--require-mtp", action="store_true", help="exit 3 unless the GGUF has MTP layers")
     how.add_argument("--quiet", action="store_true", help="no progress output")
     return ap
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def add_network_options(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
+    """Retry and pace options, shared with `launcher fetch`."""
+    d = RatePolicy()
+    group.add_argument(
+        "--retries", type=positive_int, default=RetryPolicy().attempts,
+        help="failures in a row on one range before giving up (default %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
+        "--min-rate-kib", type=positive_float, default=d.min_bps / 1024,
+        help="slowest acceptable KiB/s per connection, averaged over --rate-window (default %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
+        "--rate-window", type=positive_float, default=d.window_s,
+        help="seconds the minimum rate is averaged over; also the idle timeout (default %(default)s)",
+    )  # fmt: skip
+
+
+def network_policies(a: argparse.Namespace) -> tuple[RetryPolicy, RatePolicy]:
+    rate = RatePolicy(min_bps=a.min_rate_kib * 1024, window_s=a.rate_window, idle_s=a.rate_window)
+    return RetryPolicy(attempts=a.retries), rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s modelfetch %(levelname)s %(message)s")
     try:
         spec, expect = _spec(a)
-    except ValueError as e:
+        spec.check()
+    except (ValueError, FetchError) as e:
         ap.error(str(e))
-    if min(a.connections, a.s3_connections, a.part_size_mib) < 1:
-        ap.error("--connections, --s3-connections and --part-size-mib must be at least 1")
+    retry, rate = network_policies(a)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         result = fetch_file(
@@ -82,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             part_size=a.part_size_mib * MIB,
             upload=not a.no_upload,
             progress=not a.quiet,
+            retry=retry,
+            rate=rate,
         )
     except FetchError as e:
         log.error("%s", e)
@@ -89,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted; run the same command again to resume")
         return 130
+    except OSError as e:  # the disk or the folder, not the network (those are FetchErrors)
+        log.error("fetch failed: %s; check %s and its volume", _os_reason(e), a.dest)
+        return EXIT_FAILED
     summary = result.as_dict()
     print(json.dumps(summary), flush=True)
     problem = _check_model(summary, expect, require_mtp=a.require_mtp)
@@ -107,9 +161,14 @@ def _spec(a: argparse.Namespace) -> tuple[FileSpec, dict[str, Any]]:
     if a.profile is not None:
         if a.repo or a.file:
             raise ValueError("give either --profile or --repo/--file, not both")
-        from catalog import ServingProfile
+        from catalog import ProfileError, ServingProfile
 
-        profile = ServingProfile.from_json(a.profile.read_text())
+        try:
+            profile = ServingProfile.from_json(a.profile.read_text())
+        except OSError as e:
+            raise ValueError(f"cannot read --profile {a.profile}: {e.strerror}") from None
+        except (ProfileError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"--profile {a.profile} is not a serving profile: {e}") from None
         m = profile.model
         spec = FileSpec.from_artifact(m)
         expect = {"architecture": m.gguf_architecture, "mtp": profile.mtp, "name": profile.name}
@@ -143,6 +202,10 @@ def _check_model(summary: dict[str, Any], expect: dict[str, Any], *, require_mtp
             "use an *-MTP-GGUF file or turn speculative decoding off"
         )
     return None
+
+
+def _os_reason(e: OSError) -> str:
+    return f"{e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else "")
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -19,6 +19,10 @@ class IntegrityError(FetchError):
     """The bytes did not match the expected size or sha256, even after downloading them again."""
 
 
+class SizeMismatch(FetchError):
+    """The source serves a different length than the listing said (a lying or changed listing)."""
+
+
 class DiskSpaceError(FetchError):
     """The destination cannot hold the file."""
 

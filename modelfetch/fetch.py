@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from modelfetch import gguf
+from modelfetch import gguf, safefile
 from modelfetch.errors import DiskSpaceError, FetchError, IntegrityError, NotFoundError
-from modelfetch.modelscope import ModelScope, resolve_endpoint
+from modelfetch.modelscope import ListedFile, ModelScope, resolve_endpoint
+from modelfetch.pace import RatePolicy
 from modelfetch.progress import Progress, human_bytes
 from modelfetch.ranged import DEFAULT_PART_SIZE, DownloadStats, RangedDownload, RangeSource, partial_path
 from modelfetch.retry import RetryPolicy
@@ -57,6 +59,12 @@ class FileSpec:
     @property
     def local_name(self) -> str:
         return self.file.rsplit("/", 1)[-1]
+
+    def check(self) -> None:
+        """Refuse a file path that would not land inside the destination folder (".", "..", "a/", NUL)."""
+        parts = self.file.split("/")
+        if self.file.startswith("/") or "\x00" in self.file or any(p in ("", ".", "..") for p in parts):
+            raise FetchError(f"the file to fetch must be a path inside the repo like dir/name.gguf, got {self.file!r}")
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,7 @@ def fetch_file(
     verify_attempts: int = 2,
     progress: bool | Progress | None = True,
     free_space: Callable[[Path], int] = free_bytes,
+    rate: RatePolicy | None = None,
 ) -> FetchResult:
     """Make `dest/<file name>` a verified copy of `spec`, from the S3 cache when it has it, else ModelScope.
 
@@ -137,22 +146,39 @@ def fetch_file(
     part_size: bytes per range request (also the unit the work is handed out in).
     progress: True for a bar on a terminal / log lines otherwise, False for none, or a Progress.
     free_space: how free bytes are measured (tests point it at a tiny fake disk).
+    rate: the minimum rate and idle timeout of every body read (ModelScope and S3).
+
+    Trust: the bytes are checked against `spec.sha256` (the catalog's pin). Without a pin, ModelScope's listing
+    is the only reference: the S3 cache is neither read nor written, as any instance can write it.
     """
     t0 = time.monotonic()
     if progress:
         _ensure_log_handler()
+    spec.check()
+    if min(connections, s3_connections, part_size) < 1:
+        raise FetchError("connections, S3 connections and the part size must be at least 1")
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    _prepare_dest(dest)
     target = dest / spec.local_name
     retry = retry or RetryPolicy()
-    cache = _open_cache(s3_cache, s3_connections)
-    hub = ModelScope(endpoint, token=token, connections=connections, retry=retry)
+    rate = rate or RatePolicy()
+    hub = ModelScope(endpoint, token=token, connections=connections, retry=retry, rate=rate)
+    cache = _open_cache(s3_cache, s3_connections, rate)
 
     with _lock(dest / f".{spec.local_name}.lock"):
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise FetchError(
+                f"{target} is a symlink or not a regular file; remove it (modelfetch writes the file itself)"
+            )
         done = _already_verified(target, spec)
+        listed: ListedFile | None = None
+        if done is None and spec.sha256 is None and target.exists():
+            # A copy without a valid marker: ModelScope's listing says whether it is this repo's file.
+            listed = hub.describe(spec.repo, spec.revision, spec.file)
+            done = _matches_listing(target, spec, listed)
         if done is not None:
             log.info("%s is already verified (sha256 %s); nothing to fetch", target, done[1])
-            return _result(target, done[0], done[1], "local", None, t0, None)
+            return _result(target, done[0], done[1], "local", None, t0, None, spec)
 
         _check_space(target, spec.size or spec.size_estimate, free_space)
 
@@ -179,26 +205,29 @@ def fetch_file(
                     bar.close()
             return dl
 
-        # 1. The in-region cache.
-        if cache is not None:
+        # 1. The in-region cache, only against a pinned sha256: any instance can write it.
+        if cache is not None and spec.sha256 is None:
+            log.warning(
+                "not using the S3 cache %s for %s: the profile pins no sha256, and a cache object is only trusted "
+                "against a pinned one; fetching from ModelScope and checking its listed sha256 (pin `sha256` in the "
+                "catalog to use the cache)", cache.uri, spec.file,
+            )  # fmt: skip
+            cache = None
+        if cache is not None and spec.sha256 is not None:
             obj = cache.lookup(spec.repo, spec.revision, spec.file)
-            usable = obj is not None and _cache_matches(obj, spec)
-            if obj is not None and usable:
-                sha = spec.sha256 or obj.sha256 or hub.describe(spec.repo, spec.revision, spec.file).sha256
-                if sha is None:
-                    raise FetchError(f"no sha256 for {spec.file}: pin it in the catalog or let ModelScope list it")
+            if obj is not None and _cache_matches(obj, spec):
                 log.info("fetching %s from the S3 cache s3://%s/%s", spec.file, obj.bucket, obj.key)
                 try:
                     # One pass: a cache object with the wrong bytes stays wrong; ModelScope replaces it.
-                    dl = download(cache.source(obj), obj.size, sha, cache.connections, 1)
-                    return _result(target, obj.size, sha, "s3", dl, t0, None)
+                    dl = download(cache.source(obj), obj.size, spec.sha256, cache.connections, 1)
+                    return _result(target, obj.size, spec.sha256, "s3", dl, t0, None, spec)
                 except DiskSpaceError:
                     raise
                 except FetchError as e:
                     log.warning("S3 cache copy unusable (%s); fetching from ModelScope instead", e)
 
         # 2. ModelScope.
-        listed = hub.describe(spec.repo, spec.revision, spec.file)
+        listed = listed or hub.describe(spec.repo, spec.revision, spec.file)
         size, sha = _reconcile(spec, listed.size, listed.sha256, hub.endpoint)
         log.info(
             "fetching %s (%s) from %s with %d connections", spec.file, human_bytes(size), hub.endpoint, connections
@@ -207,22 +236,29 @@ def fetch_file(
 
         # 3. Write back so the next instance reads in region.
         cached_to = None
-        if cache is not None and upload:
+        if cache is not None and upload:  # only pinned files get here (see 1.)
             try:
                 t_up = time.monotonic()
                 cached_to = cache.upload(target, repo=spec.repo, revision=spec.revision, file=spec.file, sha256=sha)
                 log.info("uploaded %s to %s in %.0f s", target.name, cached_to, time.monotonic() - t_up)
             except Exception as e:  # noqa: BLE001 - the model is fine; the cache is an optimisation
                 log.warning("could not upload %s to the S3 cache %s: %s", target.name, cache.uri, e)
-        return _result(target, size, sha, "modelscope", dl, t0, cached_to)
+        return _result(target, size, sha, "modelscope", dl, t0, cached_to, spec)
 
 
 # --- helpers -------------------------------------------------------------------------------------------------------
 def _result(
-    target: Path, size: int, sha: str, source: str, dl: RangedDownload | None, t0: float, cached_to: str | None
+    target: Path,
+    size: int,
+    sha: str,
+    source: str,
+    dl: RangedDownload | None,
+    t0: float,
+    cached_to: str | None,
+    spec: FileSpec,
 ) -> FetchResult:
     if source != "local":
-        _write_marker(target, sha)
+        _write_marker(target, sha, spec)
     summary = None
     with contextlib.suppress(OSError, gguf.GGUFError):
         summary = gguf.summarize(target)
@@ -232,12 +268,24 @@ def _result(
     )
 
 
-def _open_cache(s3_cache: str | S3Cache | None, connections: int) -> S3Cache | None:
+def _prepare_dest(dest: Path) -> None:
+    """The destination folder, or one line saying why it cannot be written."""
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise FetchError(f"--dest {dest} exists and is not a directory; point it at a folder") from None
+    except OSError as e:
+        raise FetchError(f"cannot create --dest {dest}: {e.strerror}; check the path and its permissions") from None
+    if not os.access(dest, os.W_OK | os.X_OK):
+        raise FetchError(f"cannot write to --dest {dest} (read-only or not ours); mount it writable or pick another")
+
+
+def _open_cache(s3_cache: str | S3Cache | None, connections: int, rate: RatePolicy) -> S3Cache | None:
     if not isinstance(s3_cache, str):
         return s3_cache
     S3Cache.check_uri(s3_cache)  # a malformed URI is the caller's mistake, not an outage
     try:
-        return S3Cache(s3_cache, connections=connections)
+        return S3Cache(s3_cache, connections=connections, rate=rate)
     except Exception as e:  # noqa: BLE001 - no region or no boto3 configuration: ModelScope still works
         log.warning("S3 cache %s not usable (%s); using ModelScope only", s3_cache, e)
         return None
@@ -299,13 +347,16 @@ def _marker(target: Path) -> Path:
     return target.with_name(f".{target.name}.verified")
 
 
-def _write_marker(target: Path, sha: str) -> None:
+def _write_marker(target: Path, sha: str, spec: FileSpec) -> None:
+    """What was verified: which file of which repo and revision, and the bytes on disk (size, mtime, sha256)."""
     st = target.stat()
-    _marker(target).write_text(json.dumps({"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    doc = {"repo": spec.repo, "revision": spec.revision, "file": spec.file, "sha256": sha}
+    safefile.write_text(_marker(target), json.dumps({**doc, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
 
 
 def _already_verified(target: Path, spec: FileSpec) -> tuple[int, str] | None:
-    """(size, sha256) when `target` is a copy this tool verified (marker matches), or re-hashes to the pin."""
+    """(size, sha256) when `target` is this spec's file: its marker names the same repo, revision and file and
+    the bytes are unchanged, or it re-hashes to the pinned sha256. A copy that cannot be this file is removed."""
     try:
         st = target.stat()
     except FileNotFoundError:
@@ -315,23 +366,38 @@ def _already_verified(target: Path, spec: FileSpec) -> tuple[int, str] | None:
         target.unlink()
         return None
     try:
-        m = json.loads(_marker(target).read_text())
-        if m["size"] == st.st_size and m["mtime_ns"] == st.st_mtime_ns and (spec.sha256 in (None, m["sha256"])):
+        m = json.loads(safefile.read_text(_marker(target)))
+        same_file = (m["repo"], m["revision"], m["file"]) == (spec.repo, spec.revision, spec.file)
+        same_bytes = m["size"] == st.st_size and m["mtime_ns"] == st.st_mtime_ns
+        if same_file and same_bytes and spec.sha256 in (None, m["sha256"]):
             return st.st_size, m["sha256"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         pass
     if spec.sha256 is None:
-        return None  # nothing to check it against yet: fetch (a matching resume is cheap)
+        return None  # the caller checks it against ModelScope's listing
+    return _rehash(target, spec, spec.sha256)
+
+
+def _matches_listing(target: Path, spec: FileSpec, listed: ListedFile) -> tuple[int, str] | None:
+    """An unpinned copy without a valid marker is kept when it has the listed size and sha256."""
+    if listed.sha256 is None or target.stat().st_size != listed.size:
+        log.warning("%s is not %s/%s@%s as listed; removing it", target, spec.repo, spec.file, spec.revision)
+        target.unlink()
+        return None
+    return _rehash(target, spec, listed.sha256)
+
+
+def _rehash(target: Path, spec: FileSpec, sha: str) -> tuple[int, str] | None:
     log.info("verifying existing %s", target)
     h = hashlib.sha256()
     with target.open("rb") as f:
         while block := f.read(8 << 20):
             h.update(block)
-    if h.hexdigest() == spec.sha256:
-        _write_marker(target, spec.sha256)
-        return st.st_size, spec.sha256
-    log.warning("%s does not match sha256 %s; removing it and fetching again", target, spec.sha256)
-    target.unlink()
+    if h.hexdigest() == sha:
+        _write_marker(target, sha, spec)
+        return target.stat().st_size, sha
+    log.warning("%s does not match sha256 %s; removing it and fetching again", target, sha)
+    target.unlink()  # before the download, so the free-space check does not count it twice
     return None
 
 
@@ -355,7 +421,11 @@ def _ensure_log_handler() -> None:
 @contextlib.contextmanager
 def _lock(path: Path) -> Iterator[None]:
     """One fetch per file and destination at a time (two launchers racing would corrupt the partial file)."""
-    with open(path, "a+b") as f:
+    try:
+        fd = safefile.open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    except OSError as e:
+        raise FetchError(f"cannot create the lock file {path}: {e.strerror}") from None
+    with os.fdopen(fd, "r+b") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

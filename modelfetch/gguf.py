@@ -6,6 +6,7 @@ would exit on it. Only the metadata section is read (a few MB at most), never th
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -27,7 +28,12 @@ _SCALARS = {
     INT64: "q",
     FLOAT64: "d",
 }
-_MAX_STRING = 1 << 30  # a corrupt length must not make us allocate gigabytes
+# Limits far above real files (a Qwen3.6 header: ~300k vocabulary strings, arrays one level deep, strings
+# of kilobytes) so that a crafted header ends in GGUFError quickly and in little memory.
+_MAX_STRING = 16 << 20  # bytes of one string that is read (longer ones inside skipped arrays are seeked over)
+_MAX_DEPTH = 8  # arrays of arrays
+_MAX_ITEMS = 4_000_000  # keys, array items and strings visited in one header
+_MAX_KEYS = 1_000_000
 
 
 class GGUFError(ValueError):
@@ -45,12 +51,29 @@ class _Reader:
     def __init__(self, f: BinaryIO, endian: str) -> None:
         self.f = f
         self.e = endian
+        self.size = os.fstat(f.fileno()).st_size
+        self.items = 0
+
+    def left(self) -> int:
+        return self.size - self.f.tell()
+
+    def count(self, n: int = 1) -> None:
+        self.items += n
+        if self.items > _MAX_ITEMS:
+            raise GGUFError(f"more than {_MAX_ITEMS:,} metadata items: not a model header")
 
     def exact(self, n: int) -> bytes:
+        if n > self.left():
+            raise GGUFError("truncated GGUF header")
         b = self.f.read(n)
         if len(b) != n:
             raise GGUFError("truncated GGUF header")
         return b
+
+    def skip(self, n: int) -> None:
+        if n > self.left():
+            raise GGUFError("truncated GGUF header")
+        self.f.seek(n, 1)
 
     def scalar(self, vtype: int) -> Any:
         fmt = self.e + _SCALARS[vtype]
@@ -62,32 +85,39 @@ class _Reader:
             raise GGUFError(f"implausible string length {n}")
         return self.exact(n).decode("utf-8", errors="replace")
 
-    def value(self, vtype: int, max_array: int) -> Any:
+    def value(self, vtype: int, max_array: int, depth: int = 0) -> Any:
+        self.count()
         if vtype in _SCALARS:
             return self.scalar(vtype)
         if vtype == STRING:
             return self.string()
         if vtype == ARRAY:
+            if depth >= _MAX_DEPTH:
+                raise GGUFError(f"arrays nested deeper than {_MAX_DEPTH}")
             item_type = self.scalar(UINT32)
             count = self.scalar(UINT64)
             if count > max_array:
-                self.skip_array(item_type, count)
+                self.skip_array(item_type, count, depth + 1)
                 return SkippedArray(item_type, count)
-            return [self.value(item_type, max_array) for _ in range(count)]
+            return [self.value(item_type, max_array, depth + 1) for _ in range(count)]
         raise GGUFError(f"unknown GGUF value type {vtype}")
 
-    def skip_array(self, item_type: int, count: int) -> None:
+    def skip_array(self, item_type: int, count: int, depth: int) -> None:
         if item_type in _SCALARS:
-            self.f.seek(struct.calcsize(_SCALARS[item_type]) * count, 1)
+            self.skip(struct.calcsize(_SCALARS[item_type]) * count)
         elif item_type == STRING:
+            if count * 8 > self.left():  # every string has at least its 8-byte length
+                raise GGUFError(f"array of {count:,} strings is longer than the file")
             for _ in range(count):
-                n = self.scalar(UINT64)
-                if n > _MAX_STRING:
-                    raise GGUFError(f"implausible string length {n}")
-                self.f.seek(n, 1)
+                self.count()
+                self.skip(self.scalar(UINT64))
+        elif item_type == ARRAY:
+            if count * 12 > self.left():  # every inner array has at least its type and length
+                raise GGUFError(f"array of {count:,} arrays is longer than the file")
+            for _ in range(count):
+                self.value(item_type, 0, depth)
         else:
-            for _ in range(count):
-                self.value(item_type, 0)
+            raise GGUFError(f"unknown GGUF value type {item_type}")
 
 
 def read_metadata(path: str | Path, *, max_array: int = 1024) -> dict[str, Any]:
@@ -96,6 +126,13 @@ def read_metadata(path: str | Path, *, max_array: int = 1024) -> dict[str, Any]:
     Arrays longer than `max_array` items (vocabularies, merges) come back as `SkippedArray`.
     Also returns the header fields as `GGUF.version` and `GGUF.tensor_count`, like the gguf package does.
     """
+    try:
+        return _read_metadata(path, max_array)
+    except (struct.error, OverflowError, RecursionError, MemoryError) as e:  # belt and braces: one error type out
+        raise GGUFError(f"{path}: malformed GGUF header ({type(e).__name__})") from None
+
+
+def _read_metadata(path: str | Path, max_array: int) -> dict[str, Any]:
     with open(path, "rb", buffering=1 << 20) as f:
         if f.read(4) != MAGIC:
             raise GGUFError(f"{path} is not a GGUF file (bad magic)")
@@ -111,6 +148,8 @@ def read_metadata(path: str | Path, *, max_array: int = 1024) -> dict[str, Any]:
         r = _Reader(f, endian)
         tensor_count = r.scalar(UINT64)
         kv_count = r.scalar(UINT64)
+        if kv_count > _MAX_KEYS:
+            raise GGUFError(f"implausible key count {kv_count:,}")
         meta: dict[str, Any] = {"GGUF.version": version, "GGUF.tensor_count": tensor_count, "GGUF.kv_count": kv_count}
         for _ in range(kv_count):
             key = r.string()
@@ -128,7 +167,7 @@ def architecture(meta: dict[str, Any]) -> str:
 def nextn_predict_layers(meta: dict[str, Any]) -> int:
     """`<arch>.nextn_predict_layers`: how many multi-token-prediction layers the file carries (0 if absent)."""
     value = meta.get(f"{architecture(meta)}.nextn_predict_layers", 0)
-    return int(value) if isinstance(value, int) else 0
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def has_mtp_layers(path: str | Path) -> bool:

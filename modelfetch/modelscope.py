@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from modelfetch.errors import AuthError, FetchError, NotFoundError, TransientError
+from modelfetch.errors import AuthError, FetchError, NotFoundError, SizeMismatch, TransientError
+from modelfetch.pace import RatePolicy
 from modelfetch.retry import RetryPolicy
 
 log = logging.getLogger("modelfetch")
@@ -26,12 +28,21 @@ log = logging.getLogger("modelfetch")
 DEFAULT_ENDPOINT = "https://www.modelscope.cn"
 TOKEN_ENV = "MODELSCOPE_API_TOKEN"  # noqa: S105 - the name of the official SDK's variable, not a secret
 CHUNK = 1024 * 1024
+LISTING_MAX_BYTES = 64 * 1024 * 1024  # a repository listing is kilobytes; more is a broken or hostile server
 USER_AGENT = "modelfetch/1 (qwen36-llamacpp-aws-cn)"
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+# urllib3 logs every redirect at INFO with the full Location: ModelScope's are signed storage URLs.
+logging.getLogger("urllib3.poolmanager").setLevel(logging.WARNING)
 
 
 def resolve_endpoint(explicit: str | None = None) -> str:
     """An explicit endpoint, else MODELSCOPE_ENDPOINT, else the public China site."""
-    return (explicit or os.environ.get("MODELSCOPE_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    endpoint = (explicit or os.environ.get("MODELSCOPE_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FetchError(f"ModelScope endpoint must look like https://host[:port], got {endpoint!r}")
+    return endpoint
 
 
 @dataclass(frozen=True)
@@ -51,13 +62,15 @@ class ModelScope:
         token: str | None = None,
         connections: int = 8,
         connect_timeout_s: float = 10.0,
-        read_timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
+        rate: RatePolicy | None = None,
     ) -> None:
         self.endpoint = resolve_endpoint(endpoint)
+        self.host = urlsplit(self.endpoint).netloc
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self.retry = retry or RetryPolicy()
-        self.timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
+        self.rate = rate or RatePolicy()
+        self.timeout = urllib3.Timeout(connect=connect_timeout_s, read=self.rate.idle_s)
         # Redirects are followed (the hub answers 302 to object storage); urllib3 drops Authorization and
         # Cookie when the redirect leaves the hub's host. Retries are ours, with backoff and jitter.
         self.pool = urllib3.PoolManager(
@@ -90,14 +103,7 @@ class ModelScope:
                     raise FetchError(f"ModelScope listing of {repo}@{revision} failed {failures} times: {e}") from e
                 log.warning("ModelScope listing of %s: %s; retry %d/%d", repo, e, failures, self.retry.attempts)
                 self.retry.wait(failures)
-        data = body.get("Data", body)
-        files = data.get("Files", []) if isinstance(data, dict) else data if isinstance(data, list) else []
-        out: dict[str, ListedFile] = {}
-        for f in files:
-            if not isinstance(f, dict) or (f.get("Type") or "blob") != "blob":
-                continue
-            out[f["Path"]] = ListedFile(path=f["Path"], size=int(f["Size"]), sha256=(f.get("Sha256") or None))
-        return out
+        return parse_listing(body, where=f"ModelScope's file list of {repo}@{revision} ({self.host})")
 
     def describe(self, repo: str, revision: str, file: str) -> ListedFile:
         files = self.list_files(repo, revision)
@@ -109,14 +115,20 @@ class ModelScope:
             )
         return files[file]
 
-    def _get_json(self, url: str, *, what: str) -> dict[str, Any]:
+    def _get_json(self, url: str, *, what: str) -> Any:
         try:
-            r = self.pool.request("GET", url, headers=self.headers(), timeout=self.timeout)
+            r = self.pool.request(
+                "GET", url, headers=self.headers(), timeout=self.timeout, preload_content=False, decode_content=True
+            )
         except (Urllib3Error, OSError) as e:
             raise TransientError(f"{type(e).__name__}: {e}") from e
-        _raise_for_status(r.status, r.data, what=what, endpoint=self.endpoint)
         try:
-            body = json.loads(r.data)
+            data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what)
+        finally:
+            r.release_conn()
+        _raise_for_status(r.status, data, what=what, endpoint=self.endpoint)
+        try:
+            body = json.loads(data)
         except ValueError as e:
             raise TransientError(f"ModelScope answered {what} with something that is not JSON") from e
         if isinstance(body, dict) and body.get("Success") is False:
@@ -155,24 +167,69 @@ class HttpRangeSource:
         except (Urllib3Error, OSError) as e:
             raise TransientError(f"{type(e).__name__}: {e}") from e
         complete = False
+        host = urlsplit(r.geturl() or self.url).netloc or self.client.host  # storage, after the hub's redirect
         try:
             if r.status >= 300:
                 _raise_for_status(r.status, r.read(65536), what=self.label, endpoint=self.client.endpoint)
             _check_range(r.status, r.headers.get("Content-Range"), start, end, self.size, self.label)
+            watch = self.client.rate.watch(host)
             while True:
                 try:
-                    chunk = r.read(CHUNK)
+                    chunk = r.read1(CHUNK)  # what has arrived: read(n) would wait for all n bytes of a trickle
                 except (Urllib3Error, OSError) as e:
-                    raise TransientError(f"{type(e).__name__}: {e}") from e
+                    raise TransientError(f"{host}: {type(e).__name__}: {e}") from e
                 if not chunk:
                     complete = True
                     return
+                watch.add(len(chunk))
                 yield chunk
         finally:
             if complete:
                 r.release_conn()  # keep-alive: the next range reuses the connection
             else:
                 r.close()
+
+
+def parse_listing(body: Any, *, where: str) -> dict[str, ListedFile]:
+    """The blobs of a ModelScope file list, by path. Anything malformed is a FetchError naming the entry."""
+    data = body.get("Data", body) if isinstance(body, dict) else body
+    files = data.get("Files", []) if isinstance(data, dict) else data if isinstance(data, list) else None
+    if not isinstance(files, list):
+        raise FetchError(f"{where} is not a file list")
+    out: dict[str, ListedFile] = {}
+    for i, f in enumerate(files):
+        if not isinstance(f, dict) or (f.get("Type") or "blob") != "blob":
+            continue
+        path, size, sha = f.get("Path"), f.get("Size"), f.get("Sha256") or None
+        if isinstance(size, str) and size.isascii() and size.isdigit() and len(size) < 20:
+            size = int(size)
+        if not isinstance(path, str) or not path:
+            raise FetchError(f"{where}: entry {i} has no Path")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise FetchError(f"{where}: {path!r} has no valid Size ({size!r})")
+        if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+            raise FetchError(f"{where}: {path!r} has a malformed Sha256 ({str(sha)[:80]!r})")
+        out[path] = ListedFile(path=path, size=size, sha256=sha.lower() if sha else None)
+    return out
+
+
+def _read_bounded(r: Any, limit: int, rate: RatePolicy, host: str, what: str) -> bytes:
+    """A whole (small) body, refused past `limit` bytes or under the minimum rate."""
+    watch = rate.watch(host)
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        try:
+            chunk = r.read1(CHUNK)
+        except (Urllib3Error, OSError) as e:
+            raise TransientError(f"{host}: {type(e).__name__}: {e}") from e
+        if not chunk:
+            return b"".join(parts)
+        total += len(chunk)
+        if total > limit:
+            raise FetchError(f"{host} sent more than {limit // (1024 * 1024)} MiB for {what}; not a ModelScope answer")
+        watch.add(len(chunk))
+        parts.append(chunk)
 
 
 def _check_range(status: int, content_range: str | None, start: int, end: int, size: int, label: str) -> None:
@@ -182,7 +239,7 @@ def _check_range(status: int, content_range: str | None, start: int, end: int, s
         raise FetchError(f"{label}: asked for bytes {start}-{end - 1}, got HTTP {status} (ranges not honoured)")
     expected = f"bytes {start}-{end - 1}/{size}"
     if content_range != expected:
-        raise FetchError(f"{label}: Content-Range {content_range!r} but expected {expected!r}; the file changed?")
+        raise SizeMismatch(f"{label}: Content-Range {content_range!r} but expected {expected!r}; the file changed?")
 
 
 def _raise_for_status(status: int, body: bytes, *, what: str, endpoint: str) -> None:
@@ -199,7 +256,7 @@ def _raise_for_status(status: int, body: bytes, *, what: str, endpoint: str) -> 
             f"the repo may be private or gated: set {TOKEN_ENV} to a token with access"
         )
     if status == 416:
-        raise FetchError(f"{what}: HTTP 416, the file is smaller than listed; it changed upstream?")
+        raise SizeMismatch(f"{what}: HTTP 416, the file is smaller than listed; it changed upstream?")
     raise FetchError(f"ModelScope ({endpoint}) answered HTTP {status} for {what}: {message or 'no message'}")
 
 

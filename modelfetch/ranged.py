@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from modelfetch.errors import DiskSpaceError, FetchError, IntegrityError, TransientError
+from modelfetch import safefile
+from modelfetch.errors import DiskSpaceError, FetchError, IntegrityError, SizeMismatch, TransientError
+from modelfetch.pace import TooSlow
 from modelfetch.retry import RetryPolicy
 
 log = logging.getLogger("modelfetch")
@@ -113,7 +115,11 @@ class RangedDownload:
             one = _Pass(self, source)
             if attempt == 1:
                 self.stats.resumed = one.start_bytes
-            digest = one.run()
+            try:
+                digest = one.run()
+            except SizeMismatch:
+                self.discard()  # sized (and reserved) for a length the source does not have: worth nothing
+                raise
             self.stats.verified_s = time.monotonic() - t0
             if digest == self.sha256:
                 self._finish()
@@ -190,8 +196,7 @@ class _Pass:
     # --- orchestration -------------------------------------------------------------------------------------------
     def run(self) -> str:
         part = partial_path(self.dl.target)
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        self.fd = os.open(part, flags, 0o644)
+        self.fd = safefile.open_nofollow(part, os.O_RDWR | os.O_CREAT)
         try:
             helpers = []
             if os.fstat(self.fd).st_size != self.dl.size:
@@ -313,7 +318,9 @@ class _Pass:
                 if self.written[i] < self.lengths[i]:
                     raise TransientError(f"short body: {self.written[i] - before} of {pend - off} bytes")
             except TransientError as e:
-                failures = 1 if self.written[i] > before else failures + 1  # only failures without progress add up
+                # Only failures without progress add up; a trickle makes "progress" and must add up too.
+                progressed = self.written[i] > before and not isinstance(e, TooSlow)
+                failures = 1 if progressed else failures + 1
                 if failures > self.dl.retry.attempts:
                     raise FetchError(
                         f"{self.source.name}: bytes {off}-{pend - 1} of {self.dl.target.name} failed "
@@ -384,10 +391,7 @@ class _Pass:
             "written": snapshot,  # valid while the machine has not rebooted (the page cache survives a kill)
             "synced": self.synced,  # on disk for sure: what a run after a reboot keeps
         }
-        path = state_path(self.dl.target)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(body))
-        os.replace(tmp, path)
+        safefile.write_text(state_path(self.dl.target), json.dumps(body))
 
 
 class _SavedState(dict):
@@ -401,12 +405,14 @@ def _load_state(dl: RangedDownload) -> _SavedState | None:
     """The saved per-part progress, when it belongs to this exact file and the partial file is intact."""
     path, part = state_path(dl.target), partial_path(dl.target)
     try:
-        body = json.loads(path.read_text())
+        body = json.loads(safefile.read_text(path))
         if (
             body.get("format") != STATE_FORMAT
             or body.get("size") != dl.size
             or body.get("sha256") != dl.sha256
-            or part.stat().st_size != dl.size
+            or part.lstat().st_size != dl.size
+            or not part.is_file()
+            or part.is_symlink()
         ):
             return None
         same_boot = body.get("boot_id") == _boot_id()

@@ -2,8 +2,9 @@
 
 Layout: s3://<bucket>/<prefix>/<owner>/<repo>/<revision>/<file>, with user metadata
 `sha256` (verified before upload) and `modelscope-repo` / `modelscope-revision` / `modelscope-file`.
-Objects are only written by this module after the bytes matched ModelScope's sha256, so an instance whose
-profile does not pin a sha256 can trust the metadata and does not need ModelScope at all.
+Every instance of the stack may write this prefix, so nothing read from it is trusted on its own: an object is
+used only for a profile that pins a sha256, and its bytes are checked against that pin while they stream (the
+`sha256` metadata only lets a reader skip an object that is certainly stale). See modelfetch.fetch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from modelfetch.errors import FetchError, NotFoundError, TransientError
+from modelfetch.pace import RatePolicy
 
 log = logging.getLogger("modelfetch")
 
@@ -48,11 +50,13 @@ class S3Cache:
         client: Any = None,
         region: str | None = None,
         multipart_chunk: int = 64 * MIB,
+        rate: RatePolicy | None = None,
     ) -> None:
         self.uri = uri
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.connections = connections
         self.multipart_chunk = multipart_chunk
+        self.rate = rate or RatePolicy()
         if client is None:
             import boto3
             from botocore.config import Config
@@ -64,7 +68,7 @@ class S3Cache:
                     max_pool_connections=connections * 2,
                     retries={"mode": "standard", "max_attempts": 3},
                     connect_timeout=10,
-                    read_timeout=60,
+                    read_timeout=self.rate.idle_s,
                 ),
             )
         self.client = client
@@ -103,7 +107,7 @@ class S3Cache:
         )
 
     def source(self, obj: CachedObject) -> S3RangeSource:
-        return S3RangeSource(self.client, obj)
+        return S3RangeSource(self.client, obj, self.rate)
 
     def upload(self, path: Path, *, repo: str, revision: str, file: str, sha256: str) -> str:
         """Multipart upload of a verified file; returns its s3:// URI."""
@@ -136,9 +140,10 @@ class S3RangeSource:
 
     name = "s3"
 
-    def __init__(self, client: Any, obj: CachedObject) -> None:
+    def __init__(self, client: Any, obj: CachedObject, rate: RatePolicy | None = None) -> None:
         self.client = client
         self.obj = obj
+        self.rate = rate or RatePolicy()
 
     def stream(self, start: int, end: int) -> Iterator[bytes]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -152,14 +157,19 @@ class S3RangeSource:
         except BotoCoreError as e:
             raise TransientError(f"{type(e).__name__}: {e}") from e
         body = resp["Body"]
+        # read1 returns what has arrived; StreamingBody.read(n) would wait for all n bytes of a trickle.
+        raw = getattr(body, "_raw_stream", None)
+        read = raw.read1 if hasattr(raw, "read1") else body.read
+        watch = self.rate.watch(f"s3://{self.obj.bucket}")
         try:
             while True:
                 try:
-                    chunk = body.read(CHUNK)
+                    chunk = read(CHUNK)
                 except (BotoCoreError, OSError) as e:
                     raise TransientError(f"{type(e).__name__}: {e}") from e
                 if not chunk:
                     return
+                watch.add(len(chunk))
                 yield chunk
         finally:
             body.close()

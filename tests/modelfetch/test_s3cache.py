@@ -59,16 +59,6 @@ def test_write_back_then_read_in_region(s3, hub: LocalScope, tmp_path: Path) -> 
     assert sha256_of(second.path) == sha and hub.stats.requests == []
 
 
-def test_unpinned_file_trusts_the_cache_metadata(s3, hub: LocalScope, small_file: tuple[Path, str],
-                                                 tmp_path: Path) -> None:  # fmt: skip
-    _, sha = small_file
-    uri = f"s3://{BUCKET}"
-    fetch_file(FileSpec(SMALL_REPO, SMALL_FILE), tmp_path / "a", endpoint=hub.url, s3_cache=uri, progress=False)
-    r = fetch_file(FileSpec(SMALL_REPO, SMALL_FILE), tmp_path / "b", endpoint=UNREACHABLE, s3_cache=uri,
-                   part_size=MIB, progress=False)  # fmt: skip
-    assert r.source == "s3" and r.sha256 == sha
-
-
 def test_stale_cache_object_is_ignored_and_replaced(s3, hub: LocalScope, small_file: tuple[Path, str],
                                                     tmp_path: Path) -> None:  # fmt: skip
     _, sha = small_file

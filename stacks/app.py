@@ -59,9 +59,9 @@ def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingPro
         allowed_cidrs=options.allowed_cidrs,
         spot=spot,
         off_hours=options.off_hours,
-        # PutWarmPool refuses a group with a mixed instances policy or Spot instances (EC2 Auto Scaling User
-        # Guide, "Warm pools": limitations), so Spot groups go without one.
-        warm_pool_size=0 if spot else options.warm_pool,
+        # PutWarmPool "cannot be called on an Auto Scaling group that has a mixed instances policy or a launch
+        # template ... that requests Spot Instances" (EC2 Auto Scaling API Reference): Spot groups go without one.
+        warm_pool_size=0 if spot else profile.fleet.warm_pool_size if options.warm_pool is None else options.warm_pool,
     )
     return replace(profile, fleet=fleet)
 

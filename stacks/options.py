@@ -54,11 +54,8 @@ class DeployOptions:
     certificate_arn: str | None = None  # HTTPS on 443 with this certificate; None: HTTP on 80 inside the VPC
     spot: bool = False  # CPU stacks: all Spot, capacity-optimized, with capacity rebalancing
     off_hours: tuple[int, int] | None = None  # (stop, start) hours, weekdays, Asia/Shanghai: scale to zero
-    warm_pool: int = 1  # stopped instances that hold the verified model; 0 turns the warm pool off
+    warm_pool: int | None = None  # stopped instances that hold the verified model; 0: none; None: the profile's
     image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
-
-    def partition(self) -> str:
-        return "aws-cn" if self.region.startswith("cn-") else "aws"
 
 
 def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> DeployOptions:
@@ -75,7 +72,7 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             certificate_arn=_certificate(raw.get("certificateArn"), region),
             spot=_flag(raw.get("spot"), "spot"),
             off_hours=_off_hours(raw.get("offHours")),
-            warm_pool=_count(raw.get("warmPool", DeployOptions.warm_pool), "warmPool"),
+            warm_pool=_count(raw["warmPool"], "warmPool") if "warmPool" in raw else None,
             image_build_args=_build_args(raw.get("imageBuildArgs")),
         )
     except _Bad as bad:

@@ -1,0 +1,204 @@
+"""Deploy options as users set them: deploy.toml or `-c`, through the same build_app and cdk-nag plugin as the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
+
+from catalog import PROFILES, profile_by_stack
+from stacks.app import build_app
+from stacks.options import DEPLOY_CONFIG, DeployOptionError, DeployOptions, load_options
+from tests.conftest import ROOT, cdk_context
+from tests.stacks.conftest import STACK_NAMES
+
+CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
+IAM_CERT = "arn:aws-cn:iam::111122223333:server-certificate/llama-internal"
+# Each documented option alone, then the combinations the README suggests.
+DOCUMENTED = {
+    "spot": {"spot": "true"},
+    "off-hours": {"offHours": "20-8"},
+    "allowed-cidrs": {"allowedCidrs": "10.8.0.0/16,192.168.10.0/24"},
+    "acm-certificate": {"certificateArn": CERT},
+    "iam-certificate": {"certificateArn": IAM_CERT},
+    "build-args": {"imageBuildArgs": "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"},
+    "no-warm-pool": {"warmPool": "0"},
+    "beijing": {"region": "cn-north-1"},
+    "cost-saver": {"spot": "true", "offHours": "20-8"},
+    "locked-down": {"allowedCidrs": "10.8.0.0/16", "certificateArn": CERT, "offHours": "20-8"},
+}
+
+
+def _cli_env(tmp_path: Path) -> dict[str, str]:
+    """The CLI as a user without credentials runs it: no AWS variables, an empty home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return {**env, "HOME": str(tmp_path), "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1"}
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """Every documented option set, synthesized with cdk-nag (build_app adds it, as for `cdk synth`)."""
+    out = {}
+    for name, ctx in DOCUMENTED.items():
+        app = build_app({**cdk_context(), **ctx}, config_file=tmp_path_factory.mktemp(name) / "absent.toml")
+        assembly = app.synth()  # raises on any unacknowledged cdk-nag finding or rule error
+        out[name] = {s.stack_name: Path(assembly.directory) / s.template_file for s in assembly.stacks}
+    return out
+
+
+def test_every_documented_option_synthesizes_cfn_lint_clean(synthesized):
+    files = [str(f) for stacks in synthesized.values() for f in stacks.values()]
+    lint = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--", *files],
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_the_cdk_nag_plugin_is_in_the_path(tmp_path):
+    """Negative control: the same build_app fails synth on a finding, so the suite above would see one."""
+    app = build_app(cdk_context(), config_file=tmp_path / "absent.toml")
+    ec2.CfnVolume(app.node.find_child("IntelMoeStack"), "Plain", availability_zone="cn-northwest-1a", size=8)
+    with pytest.raises(Exception, match="AwsSolutions-EC26"):
+        app.synth()
+
+
+def _template(files: dict[str, Path], stack: str) -> dict:
+    return json.loads(files[stack].read_text())
+
+
+def _resources(doc: dict, kind: str) -> dict:
+    return {k: v for k, v in doc["Resources"].items() if v["Type"] == kind}
+
+
+def test_spot_drops_the_warm_pool_on_cpu_stacks_only(synthesized):
+    for stack in STACK_NAMES:
+        doc = _template(synthesized["spot"], stack)
+        (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup").values()
+        spot = "MixedInstancesPolicy" in group["Properties"]
+        assert spot != profile_by_stack(stack).hardware.has_gpu
+        assert bool(_resources(doc, "AWS::AutoScaling::WarmPool")) == (not spot)
+
+
+def test_warm_pool_option_sets_the_pool(synthesized):
+    for stack in STACK_NAMES:
+        assert not _resources(_template(synthesized["no-warm-pool"], stack), "AWS::AutoScaling::WarmPool")
+
+
+def test_iam_server_certificate_gives_https(synthesized):
+    doc = _template(synthesized["iam-certificate"], "GpuMtpStack")
+    (listener,) = _resources(doc, "AWS::ElasticLoadBalancingV2::Listener").values()
+    assert listener["Properties"]["Certificates"] == [{"CertificateArn": IAM_CERT}]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("allowedCidrs", "10.0.0.0/33", "not an IPv4 network"),
+        ("allowedCidrs", "10.0.0.1/8", "did you mean 10.0.0.0/8"),
+        ("allowedCidrs", "0.0.0.0/0", "more than a /8"),
+        ("allowedCidrs", "0.0.0.0/1,128.0.0.0/1", "more than a /8"),
+        ("allowedCidrs", "10.0.0.0/9,10.128.0.0/9,11.0.0.0/9", "more than a /8"),
+        ("allowedCidrs", "fd00::/8", "IPv6"),
+        ("offHours", "8-8", "same hour"),
+        ("offHours", "20-24", "hours are 0-23"),
+        ("offHours", "evenings", "offHours=20-8"),
+        ("certificateArn", "not-an-arn", "is not a certificate ARN"),
+        ("certificateArn", CERT.replace("cn-northwest-1", "cn-north-1"), "the load balancer is in cn-northwest-1"),
+        ("certificateArn", CERT.replace("aws-cn", "aws"), "partition 'aws'"),
+        ("spot", "yes", "is not true or false"),
+        ("warmPool", "-1", "out of range"),
+        ("warmPool", "many", "not a whole number"),
+        ("imageBuildArgs", "oops", "NAME=value"),
+        ("imageBuildArgs", "PIP_INDEX_URL=https://x --network=host", "no spaces"),
+        ("imageBuildArgs", "1BAD=x", "not a build-arg name"),
+        ("account", "12345", "12-digit"),
+    ],
+)
+def test_bad_option_fails_at_synth_with_what_to_change(option, value, says, tmp_path):
+    with pytest.raises(DeployOptionError, match=re.escape(says)) as err:
+        build_app({**cdk_context(), option: value}, config_file=tmp_path / "absent.toml")
+    assert str(err.value).startswith(f"{option} (from -c)")
+
+
+def test_committed_deploy_toml_is_valid_and_keeps_the_catalog_defaults():
+    options = load_options({}, DEPLOY_CONFIG)
+    assert options.region == "cn-northwest-1" and options.account is None
+    assert (options.spot, options.off_hours, options.allowed_cidrs, options.certificate_arn) == (False, None, (), None)
+    assert options.warm_pool is None  # the profile's own warm pool
+    app = build_app(cdk_context())
+    for profile in PROFILES.values():
+        doc = Template.from_stack(app.node.find_child(profile.stack_name)).to_json()
+        pools = _resources(doc, "AWS::AutoScaling::WarmPool")
+        assert [p["Properties"]["MinSize"] for p in pools.values()] == [profile.fleet.warm_pool_size]
+
+
+def test_options_in_deploy_toml_persist_and_c_overrides_one_run(tmp_path):
+    config = tmp_path / "deploy.toml"
+    config.write_text(f'spot = true\nallowedCidrs = ["10.8.0.0/16"]\ncertificateArn = "{CERT}"\n')
+    kept = load_options({}, config)
+    assert kept.spot and kept.allowed_cidrs == ("10.8.0.0/16",) and kept.certificate_arn == CERT
+    once = load_options({"spot": "false", "allowedCidrs": "10.9.0.0/16"}, config)
+    assert not once.spot and once.allowed_cidrs == ("10.9.0.0/16",) and once.certificate_arn == CERT
+    # Through the app: the file alone gives a Spot group and the HTTPS listener, with no -c at all.
+    doc = Template.from_stack(build_app(cdk_context(), config_file=config).node.find_child("IntelMoeStack")).to_json()
+    (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup").values()
+    (listener,) = _resources(doc, "AWS::ElasticLoadBalancingV2::Listener").values()
+    assert "MixedInstancesPolicy" in group["Properties"] and listener["Properties"]["Port"] == 443
+
+
+def test_deploy_toml_errors_name_the_file(tmp_path):
+    config = tmp_path / "deploy.toml"
+    config.write_text('offHours = "8-8"\n')
+    with pytest.raises(DeployOptionError, match=r"^offHours \(from deploy.toml\)"):
+        load_options({}, config)
+    config.write_text("spots = true\n")
+    with pytest.raises(DeployOptionError, match="unknown option"):
+        load_options({}, config)
+
+
+def test_defaults_match_an_empty_file(tmp_path):
+    assert load_options({}, tmp_path / "absent.toml") == DeployOptions(warm_pool=None)
+
+
+class TestTheRealCli:
+    """`npx cdk ...` exactly as the README tells users to run it (pinned CLI, no credentials)."""
+
+    def _cdk(self, tmp_path: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["npx", "--prefix", str(ROOT), "cdk", *args],
+            cwd=cwd,
+            env=_cli_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def test_synth_with_spot_passes_cdk_nag(self, tmp_path):
+        out = self._cdk(tmp_path, "synth", "-c", "spot=true", "--quiet", "-o", str(tmp_path / "cdk.out"))
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+    def test_a_bad_option_fails_synth_in_one_line(self, tmp_path):
+        out = self._cdk(tmp_path, "synth", "-c", "allowedCidrs=10.0.0.0/33", "--quiet", "-o", str(tmp_path / "o"))
+        assert out.returncode != 0
+        assert "error: allowedCidrs (from -c): '10.0.0.0/33' is not an IPv4 network" in out.stderr
+        assert "Traceback" not in out.stderr
+
+    def test_readme_bootstrap_line_is_accepted(self, tmp_path):
+        readme = (ROOT / "README.md").read_text()
+        (line,) = re.findall(r"^npx cdk bootstrap (\S+)", readme, flags=re.M)
+        target = line.replace("<account>", "123456789012")
+        out = self._cdk(tmp_path, "bootstrap", target, cwd=tmp_path)
+        # Past the environment check: it stops only at the missing credentials.
+        assert "Expected environment name" not in out.stderr, out.stderr
+        assert "no credentials have been configured" in out.stderr, out.stderr[-2000:]
+        bad = self._cdk(tmp_path, "bootstrap", "aws-cn://123456789012/cn-northwest-1", cwd=tmp_path)
+        assert "Expected environment name in format 'aws://<account>/<region>'" in bad.stderr

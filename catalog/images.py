@@ -31,6 +31,16 @@ IMAGE_TARGETS: dict[str, ImageTarget] = {
 # The application layer every target shares (docker/app.Dockerfile).
 APP_DOCKERFILE = "app.Dockerfile"
 
+# Where the arm64 image is built. CodeBuild documents its ARM_CONTAINER environment for a list of regions without
+# Beijing or Ningxia (CodeBuild API Reference, ProjectEnvironment.type: "ARM_CONTAINER is available only in
+# regions US East (N. Virginia), ...", https://docs.aws.amazon.com/codebuild/latest/APIReference/
+# API_ProjectEnvironment.html), while the x86 LINUX_CONTAINER is offered in both (the same note names China for
+# its 2xlarge size). "emulated" builds the arm64 image on the x86 builder under QEMU user emulation (the static
+# qemu-aarch64 is staged with the sources): slower, but it exists wherever the x86 builder does. "native" uses
+# ARM_CONTAINER where the account's region offers it (run the pre-flight first).
+ARM64_BUILDERS = ("emulated", "native")
+DEFAULT_ARM64_BUILDER = "emulated"
+
 # Profile fields the image never reads: the instance hands the launcher its profile as JSON at start, and the
 # launcher uses the server, model and hardware shape only. Editing them must not rebuild or roll the fleet.
 IMAGE_INDEPENDENT_FIELDS = frozenset(

@@ -65,6 +65,26 @@ login_to_registries() {
   done
 }
 
+# An arm64 image on an x86 builder (no arm64 CodeBuild in the region): QEMU user emulation through binfmt_misc,
+# with the F flag so that the kernel holds the interpreter open for every container. Needs a privileged build.
+enable_emulation() {
+  local host
+  host=$(uname -m)
+  [[ "$arch" == arm64 && "$host" != aarch64 ]] || return 0
+  [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] && return 0
+  local qemu="$SOURCES_DIR/qemu/qemu-aarch64-static"
+  [[ -x "$qemu" ]] || qemu=$(command -v qemu-aarch64-static) || {
+    log "an arm64 image on a $host builder needs qemu-aarch64-static in $SOURCES_DIR/qemu (make image-sources)"
+    exit 1
+  }
+  mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  install -m 0755 "$qemu" /usr/local/bin/qemu-aarch64-static
+  local magic='\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
+  local mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
+  printf '%s' ":qemu-aarch64:M::$magic:$mask:/usr/local/bin/qemu-aarch64-static:F" >/proc/sys/fs/binfmt_misc/register
+  log "arm64 emulated with $qemu"
+}
+
 # The bootstrapped roots are cached as local images, keyed by the script that makes them.
 root_image() {
   local role="$1" key
@@ -83,6 +103,7 @@ build_base() {
     return
   fi
   login_to_registries
+  enable_emulation
   [[ -n "$build_image" ]] || build_args+=(--build-arg "BUILD_IMAGE=$(root_image build)")
   [[ -n "$runtime_image" ]] || build_args+=(--build-arg "RUNTIME_IMAGE=$(root_image runtime)")
   rm -rf "$context/sources"
@@ -104,6 +125,7 @@ build_app() {
   if ! docker image inspect "$REPOSITORY_URI:$BASE_TAG" >/dev/null 2>&1; then
     docker pull "$REPOSITORY_URI:$BASE_TAG"
   fi
+  enable_emulation
   (cd "$SOURCES_DIR/wheels" && sha256sum -c --quiet SHA256SUMS)
   rm -rf "$context/site"
   mkdir -p "$context/site"

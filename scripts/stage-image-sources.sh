@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Stage what the in-region image build needs from outside the region, once, into a cache outside the checkout:
 # the llama.cpp source (the pinned PyPI sdist, sha256-checked) and the image's pure-Python wheels (pip checks
-# the hashes in docker/requirements-image.txt). `cdk synth` puts this directory into the build's S3 asset, so
-# the builder reaches no package index. Prints the directory on stdout.
+# the hashes in docker/requirements-image.txt), and this machine's qemu-aarch64-static when it has one.
+# `cdk synth` puts this directory into the build's S3 asset, so the builder reaches no package index.
+# Prints the directory on stdout.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -29,4 +30,13 @@ rm -f "$dest"/wheels/*.whl "$dest/wheels/SHA256SUMS"
 "$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \
   -r "$root/docker/requirements-image.txt" --dest "$dest/wheels" >&2
 (cd "$dest/wheels" && sha256sum -- *.whl >SHA256SUMS)
+
+# The arm64 image is built on the x86 builder under QEMU where CodeBuild offers no arm64 builder: stage this
+# machine's static user-mode emulator (Debian/Ubuntu: qemu-user-static). Without it only x86 images build.
+rm -rf "$dest/qemu"
+if qemu=$(command -v qemu-aarch64-static); then
+  install -D -m 0755 "$qemu" "$dest/qemu/qemu-aarch64-static"
+else
+  echo "note: no qemu-aarch64-static here; the arm64 image then needs CodeBuild's native arm64 builder" >&2
+fi
 echo "$dest"

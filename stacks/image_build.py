@@ -43,10 +43,12 @@ from catalog.errors import ProfileError
 from catalog.hardware import Architecture
 from catalog.images import (
     APP_DOCKERFILE,
+    ARM64_BUILDERS,
     BUILD_POLL_INTERVAL_S,
     CUDA_BUILD_REPOSITORY,
     CUDA_BUILD_TAG,
     CUSTOM_RESOURCE_MAX_WAIT_S,
+    DEFAULT_ARM64_BUILDER,
     DLC_ACCOUNT_CHINA,
     IMAGE_INDEPENDENT_FIELDS,
     LAYER_BUILD_TIMEOUT_MIN,
@@ -62,6 +64,7 @@ BUILD_CONTEXT = ("docker", *APP_PACKAGES)
 # Anchored patterns: "*" alone would also match every file inside the re-included folders (an empty asset).
 CONTEXT_EXCLUDE = ["/*", *(f"!/{d}/" for d in BUILD_CONTEXT), "__pycache__/", "*.pyc"]
 HANDLERS = Path(__file__).resolve().parent / "handlers"
+QEMU = "qemu/qemu-aarch64-static"  # in the staged sources, for arm64 builds on an x86 builder
 # The in-region default: Amazon Linux 2023 roots from the repositories CodeBuild's AL2023 image is set up with.
 ROOTFS_FLAVOR = "al2023"
 # Build arguments the build script sets itself, never a user.
@@ -99,6 +102,8 @@ class ImageBuild(Construct):
     target: the image target (catalog.images.IMAGE_TARGETS).
     build_args: NAME=value Docker build arguments (-c imageBuildArgs), checked here; default none.
     sources_dir: the staged llama.cpp sdist and wheels; default default_sources_dir().
+    arm64_builder: "emulated" (x86 CodeBuild under QEMU, offered wherever CodeBuild is) or "native"
+        (CodeBuild ARM_CONTAINER, where the region offers it); default "emulated". Ignored for x86 targets.
     """
 
     def __init__(
@@ -109,9 +114,14 @@ class ImageBuild(Construct):
         target: ImageTarget,
         build_args: dict[str, str] | None = None,
         sources_dir: Path | None = None,
+        arm64_builder: str = DEFAULT_ARM64_BUILDER,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        if arm64_builder not in ARM64_BUILDERS:
+            raise ProfileError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
+        arm = target.architecture == Architecture.ARM64
+        emulated = arm and arm64_builder == "emulated"
         check_build_args(target, build_args or {})
         # Keys and grants see the URL suffix as a placeholder (a token would make tags nondeterministic).
         args = {**default_build_args(target, stack.region, "<url-suffix>"), **(build_args or {})}
@@ -135,7 +145,7 @@ class ImageBuild(Construct):
         context = s3_assets.Asset(
             self, "Context", path=str(ROOT), ignore_mode=IgnoreMode.GIT, exclude=list(CONTEXT_EXCLUDE)
         )
-        staged = check_staged_sources(sources_dir or default_sources_dir())
+        staged = check_staged_sources(sources_dir or default_sources_dir(), need_qemu=emulated)
         if staged.problems:
             Annotations.of(self).add_error(
                 "the image build's sources are not staged: "
@@ -155,7 +165,6 @@ class ImageBuild(Construct):
         self.registry = _registry(self)
 
         key = kms.Key(self, "BuildKey", enable_key_rotation=True, description="CodeBuild artifacts and logs")
-        arm = target.architecture == Architecture.ARM64
         project = codebuild.Project(
             self,
             "Project",
@@ -168,7 +177,7 @@ class ImageBuild(Construct):
             environment=codebuild.BuildEnvironment(
                 build_image=(
                     codebuild.LinuxArmBuildImage.AMAZON_LINUX_2023_STANDARD_3_0
-                    if arm
+                    if arm and not emulated
                     else codebuild.LinuxBuildImage.AMAZON_LINUX_2023_5
                 ),
                 compute_type=codebuild.ComputeType.LARGE,
@@ -461,13 +470,20 @@ def pinned_sources() -> dict[str, str]:
     return pins
 
 
-def check_staged_sources(path: Path) -> StagedSources:
+def check_staged_sources(path: Path, *, need_qemu: bool = False) -> StagedSources:
     pins = pinned_sources()
-    digest = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+    qemu = path / QEMU
+    contents = {**pins, QEMU: _sha256(qemu)}  # the emulator is the deploy machine's own: hashed, not pinned
+    digest = hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()
     problems = []
+    if need_qemu and not qemu.is_file():
+        problems.append(
+            f"{qemu} is missing, and the arm64 image is built under emulation: install qemu-user-static "
+            "(Debian/Ubuntu) on this machine, or deploy with the native arm64 builder where CodeBuild offers it"
+        )
     sdist = next(k for k in pins if not k.startswith("wheels/"))
     if not path.is_dir():
-        problems.append(f"{path} does not exist")
+        problems = [f"{path} does not exist"]
     else:
         if _sha256(path / sdist) != pins[sdist]:
             problems.append(f"{path / sdist} is missing or not sha256 {pins[sdist]}")

@@ -322,3 +322,44 @@ def test_the_synthesized_tags_are_the_keys(image_assembly):
     inputs = build_inputs(image_assembly, "IntelMoeStack")
     assert inputs.env["BASE_TAG"] == f"base-x86-64-cpu-{base_key(X86, {})}"
     assert inputs.env["IMAGE_TAG"] == f"x86-64-cpu-{app_key(inputs.env['BASE_TAG'], {})}"
+
+
+# --- issue 11: an arm64 path wherever CodeBuild is -----------------------------------------------------------
+
+
+def _environment(template: dict) -> dict:
+    (project,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
+    return project["Properties"]["Environment"]
+
+
+def test_graviton_image_builds_on_the_x86_builder_under_emulation_by_default(image_assembly):
+    template = json.loads((image_assembly / "GravitonMoeStack.template.json").read_text())
+    env = _environment(template)
+    assert env["Type"] == "LINUX_CONTAINER" and env["PrivilegedMode"] is True  # binfmt_misc needs privilege
+    variables = {v["Name"]: v["Value"] for v in env["EnvironmentVariables"]}
+    assert variables["PLATFORM"] == "linux/arm64"
+    inputs = build_inputs(image_assembly, "GravitonMoeStack")
+    qemu = inputs.sources / "qemu" / "qemu-aarch64-static"
+    assert qemu.is_file() and qemu.stat().st_mode & 0o111
+    assert "enable_emulation" in (inputs.context / "docker" / "build-image.sh").read_text()
+
+
+def test_native_arm64_builder_where_the_region_offers_it(staged_sources):
+    app = cdk.App(context=cdk_context())
+    stack = cdk.Stack(app, "S", env=cdk.Environment(region="cn-northwest-1"))
+    ImageBuild(stack, "Image", target=IMAGE_TARGETS["arm64-cpu"], arm64_builder="native")
+    env = _environment(Template.from_stack(stack).to_json())
+    assert env["Type"] == "ARM_CONTAINER"
+    with pytest.raises(ProfileError, match="use one of emulated, native"):
+        ImageBuild(stack, "Other", target=IMAGE_TARGETS["arm64-cpu"], arm64_builder="graviton")
+
+
+def test_emulated_arm64_without_a_staged_emulator_is_refused_at_synth(staged_sources, tmp_path):
+    partial = tmp_path / "sources"
+    shutil.copytree(staged_sources, partial, ignore=shutil.ignore_patterns("qemu"))
+    app = cdk.App(context=cdk_context())
+    stack = cdk.Stack(app, "S", env=cdk.Environment(region="cn-northwest-1"))
+    ImageBuild(stack, "Image", target=IMAGE_TARGETS["arm64-cpu"], sources_dir=partial)
+    ImageBuild(stack, "X86", target=X86, sources_dir=partial)  # x86 needs no emulator
+    with pytest.raises(RuntimeError, match=r"qemu-aarch64-static is missing.*install qemu-user-static"):
+        app.synth()

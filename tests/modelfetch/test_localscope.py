@@ -121,3 +121,24 @@ def test_official_modelscope_cli_downloads_from_it(
     assert {"listing", "download"} <= kinds
     ranged = [r for r in hub.stats.downloads() if r["range"]]
     assert len(ranged) >= 4  # it really used parallel ranges against us
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/models/%2E%2E/%2E%2E/repo?Revision=master&FilePath={tmp}/secret.txt",
+        "/api/v1/models/%2E%2E/outside/repo?Revision=master&FilePath=secret.txt",
+        "/models/%2E%2E/outside/resolve/master/secret.txt",
+        "/api/v1/models/%2E%2E/outside/repo/files?Revision=master",
+    ],
+)
+def test_encoded_dot_dot_does_not_leave_the_root(path: str, tmp_path: Path) -> None:
+    """Files beside the served root must stay unreachable, however the path is encoded."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("not for you\n")
+    (tmp_path / "secret.txt").write_text("not for you\n")
+    root = tmp_path / "hub"
+    (root / "o" / "r").mkdir(parents=True)
+    with LocalScope(root) as scope:
+        status, _, body = _get(scope.url + path.format(tmp=tmp_path.name))
+    assert status == 404 and b"not for you" not in body and b"secret.txt" not in body

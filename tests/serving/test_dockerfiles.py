@@ -147,3 +147,13 @@ def test_fetch_llama_source_uses_the_staged_sdist_and_checks_its_sha256(tmp_path
 def test_fetch_llama_source_without_staged_source_or_index_says_what_to_do(tmp_path):
     out = _fetch("--staged", str(tmp_path), "--version", "9.9.9", "--sha256", "0" * 64, "--dest", str(tmp_path / "s"))
     assert out.returncode != 0 and "make image-sources" in out.stderr and "PIP_INDEX_URL" in out.stderr
+
+
+SCRIPTS = [*sorted(DOCKER.glob("*.sh")), *sorted((ROOT / "scripts").glob("*.sh")), ROOT / ".ci" / "run"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shellcheck_finds_nothing_in_the_build_scripts(script):
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    out = subprocess.run([str(shellcheck), "-s", "bash", str(script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,118 @@
+"""The instance's use of an image, run here: `launcher fetch`, then `serve` as the systemd unit runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from catalog.images import IMAGE_TARGETS
+from tests.images.engine import docker
+
+UID = "10001"
+
+
+def _health(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def run_as_the_instance_does(
+    image: str, gemma_gguf: Path, tmp_path: Path, *, target: str = "x86-64-cpu", load_timeout: float = 180
+) -> None:
+    """fetch, then serve as the systemd unit does; /health 503 then 200, a chat, HEALTHCHECK, docker stop."""
+    from openai import OpenAI
+
+    from catalog import local_profile
+    from launcher.process import free_port
+    from localscope import LocalScope
+
+    port = free_port()
+    profile = local_profile(port=port)
+    # In the container the server listens on every interface, as on an instance; -p publishes it on loopback.
+    image_target = IMAGE_TARGETS[target]
+    profile = replace(
+        profile,
+        server=replace(profile.server, host="0.0.0.0"),
+        hardware=replace(profile.hardware, architecture=image_target.architecture),
+        image=image_target,
+    )
+    config = tmp_path / "etc"
+    config.mkdir()
+    (config / "profile.json").write_text(profile.to_json())
+    models = tmp_path / "models"
+    models.mkdir()
+    os.chown(models, int(UID), int(UID))
+
+    with LocalScope() as hub:
+        hub.add_file(profile.model.repo, profile.model.file, gemma_gguf)
+        fetched = docker(
+            "run", "--rm", "--network", "host", "--user", UID, "-e", "AWS_REGION=cn-northwest-1",
+            "-v", f"{config}:/etc/qwen36:ro", "-v", f"{models}:/models", image,
+            "fetch", "--profile", "/etc/qwen36/profile.json", "--model-dir", "/models",
+            "--endpoint", hub.url, "--connections", "4",
+            check=False, timeout=600,
+        )  # fmt: skip
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    assert (models / profile.model.local_name).stat().st_size == profile.model.size_bytes
+
+    key = secrets.token_urlsafe(24)
+    name = f"qwen36-tier-{secrets.token_hex(4)}"
+    url = f"http://127.0.0.1:{port}"
+    docker(
+        "run", "-d", "--name", name, "--user", UID, "-e", f"LLAMA_API_KEY={key}",
+        "-p", f"127.0.0.1:{port}:{port}", "-v", f"{models}:/models:ro", "-v", f"{config}:/etc/qwen36:ro",
+        image, "serve", "--profile", "/etc/qwen36/profile.json", "--model-dir", "/models",
+    )  # fmt: skip
+    try:
+        statuses: list[int] = []
+        deadline = time.monotonic() + load_timeout
+        while time.monotonic() < deadline and (not statuses or statuses[-1] != 200):
+            status = _health(url)
+            if status is not None and (not statuses or statuses[-1] != status):
+                statuses.append(status)
+            time.sleep(0.01)
+        logs = docker("logs", name, check=False).stderr
+        assert statuses and statuses[-1] == 200, logs[-3000:]
+        assert statuses[0] == 503, f"{statuses}: /health answered 200 before the model had loaded?"
+
+        client = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+        reply = client.chat.completions.create(
+            model=profile.model.local_name,
+            messages=[{"role": "user", "content": "Say hello in one word."}],
+            max_tokens=16,
+        )
+        assert reply.choices[0].message.content and reply.usage.completion_tokens > 0
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(urllib.request.Request(f"{url}/v1/models"), timeout=10)
+        assert denied.value.code == 401
+
+        assert docker("exec", name, "id", "-u").stdout.strip() == UID
+        deadline = time.monotonic() + 60  # the first check runs after --interval (15 s)
+        health = ""
+        while time.monotonic() < deadline and health != "healthy":
+            health = docker("inspect", "-f", "{{.State.Health.Status}}", name).stdout.strip()
+            time.sleep(1)
+        assert health == "healthy"
+
+        started = time.monotonic()
+        docker("stop", "-t", "30", name)  # the systemd unit's ExecStop
+        stopped_in = time.monotonic() - started
+        state = json.loads(docker("inspect", name).stdout)[0]["State"]
+        assert stopped_in < 10, f"docker stop took {stopped_in:.1f} s: SIGTERM was not handled"
+        assert state["ExitCode"] in (0, 143), state
+        assert not state["OOMKilled"]
+    finally:
+        docker("rm", "-f", name, check=False)

@@ -110,7 +110,7 @@ class ServingStack(Stack):
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
         )
-        self.fleet, self.load_balancer, self.api_key = fleet, lb, api_key
+        self.profile, self.fleet, self.load_balancer, self.api_key = profile, fleet, lb, api_key
 
         CfnOutput(self, "EndpointUrl", value=f"{lb.url}/v1", description="OpenAI-compatible base URL (in the VPC)")
         CfnOutput(self, "ApiKeySecretArn", value=api_key.secret.secret_arn, description="Secrets Manager secret")

@@ -1,0 +1,111 @@
+"""What the deploy will ask of the account, read from the same app `cdk synth` builds (no AWS calls here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stacks.app import build_app, cli_context
+from stacks.options import DEPLOY_CONFIG, load_options
+
+# Service Quotas codes for running On-Demand and Spot vCPUs (EC2 User Guide, "On-Demand Instance quotas" and
+# "Spot Instance quotas"): c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is G and VT.
+STANDARD_ON_DEMAND = "L-1216C47A"
+G_AND_VT_ON_DEMAND = "L-DB2E81BA"
+STANDARD_SPOT = "L-34B43A08"
+G_AND_VT_SPOT = "L-3819A6DF"
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    stack_name: str
+    instance_type: str
+    architecture: str  # arm64 | x86_64, as DescribeImages reports it
+    ami_parameter: str
+    root_volume_gib: int
+    zones: tuple[str, ...]
+    vcpus: dict[str, int]  # create / update / scale_out
+    quota_code: str
+    build_images: tuple[tuple[str, str, str], ...]  # CodeBuild (environment type, image, compute type)
+    endpoint_services: tuple[str, ...]
+    bootstrap_version: int  # the lowest CDK bootstrap stack version the template accepts
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    region: str
+    stacks: tuple[StackPlan, ...]
+
+
+def deploy_plan(
+    stack_names: list[str] | None = None, context: dict[str, Any] | None = None, config_file: Path = DEPLOY_CONFIG
+) -> DeployPlan:
+    ctx = {**cli_context(), **(context or {})}
+    options = load_options(ctx, config_file)
+    app = build_app(ctx, config_file=config_file)
+    assembly = app.synth()
+    plans = []
+    for stack in app.node.children:
+        name = getattr(stack, "stack_name", None)
+        if name is None or (stack_names and name not in stack_names):
+            continue
+        profile = stack.profile  # as deployed: deploy options applied
+        template = assembly.get_stack_by_name(name).template
+        plans.append(
+            StackPlan(
+                stack_name=name,
+                instance_type=profile.hardware.instance_type,
+                architecture=profile.hardware.architecture.value,
+                ami_parameter=profile.hardware.ami_ssm_parameter,
+                root_volume_gib=profile.root_volume_gib,
+                zones=tuple(sorted(_zones(template))),
+                vcpus=profile.vcpu_plan(),
+                quota_code=_quota_code(profile.hardware.has_gpu, profile.fleet.spot),
+                build_images=tuple(_build_images(template)),
+                endpoint_services=tuple(sorted(_endpoint_services(template, options.region))),
+                bootstrap_version=_bootstrap_version(template),
+            )
+        )
+    unknown = set(stack_names or ()) - {p.stack_name for p in plans}
+    if unknown:
+        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {[p.stack_name for p in plans]}")
+    return DeployPlan(region=options.region, stacks=tuple(plans))
+
+
+def _quota_code(gpu: bool, spot: bool) -> str:
+    if spot:
+        return G_AND_VT_SPOT if gpu else STANDARD_SPOT
+    return G_AND_VT_ON_DEMAND if gpu else STANDARD_ON_DEMAND
+
+
+def _resources(template: dict, kind: str) -> list[dict]:
+    return [r.get("Properties", {}) for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def _zones(template: dict) -> set[str]:
+    return {s["AvailabilityZone"] for s in _resources(template, "AWS::EC2::Subnet")}
+
+
+def _build_images(template: dict) -> list[tuple[str, str, str]]:
+    envs = [p["Environment"] for p in _resources(template, "AWS::CodeBuild::Project")]
+    return sorted({(e["Type"], e["Image"], e["ComputeType"]) for e in envs if isinstance(e.get("Image"), str)})
+
+
+def _endpoint_services(template: dict, region: str) -> set[str]:
+    names = set()
+    for props in _resources(template, "AWS::EC2::VPCEndpoint"):
+        name = props["ServiceName"]
+        if isinstance(name, dict):  # {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}
+            parts = name["Fn::Join"][1]
+            name = "".join(region if p == {"Ref": "AWS::Region"} else p for p in parts)
+        names.add(name)
+    return names
+
+
+def _bootstrap_version(template: dict) -> int:
+    """The CheckBootstrapVersion rule lists the versions it refuses; one more than the highest is required."""
+    for assertion in template.get("Rules", {}).get("CheckBootstrapVersion", {}).get("Assertions", []):
+        refused = assertion["Assert"]["Fn::Not"][0]["Fn::Contains"][0]
+        return max(int(v) for v in refused) + 1
+    return 0

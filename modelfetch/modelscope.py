@@ -121,7 +121,7 @@ class ModelScope:
                 "GET", url, headers=self.headers(), timeout=self.timeout, preload_content=False, decode_content=True
             )
         except (Urllib3Error, OSError) as e:
-            raise TransientError(f"{type(e).__name__}: {e}") from e
+            raise TransientError(network_reason(e, self.host)) from e
         try:
             data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what)
         finally:
@@ -165,7 +165,7 @@ class HttpRangeSource:
                 timeout=self.client.timeout,
             )  # fmt: skip
         except (Urllib3Error, OSError) as e:
-            raise TransientError(f"{type(e).__name__}: {e}") from e
+            raise TransientError(network_reason(e, self.client.host)) from e
         complete = False
         host = urlsplit(r.geturl() or self.url).netloc or self.client.host  # storage, after the hub's redirect
         try:
@@ -188,6 +188,14 @@ class HttpRangeSource:
                 r.release_conn()  # keep-alive: the next range reuses the connection
             else:
                 r.close()
+
+
+def network_reason(e: BaseException, host: str) -> str:
+    """One readable line for a connection-level failure: host and cause, without urllib3's object reprs."""
+    reason = getattr(e, "reason", None) or e
+    text = re.sub(r"^<[^>]* object at 0x[0-9a-f]+>: ", "", str(reason))
+    text = re.sub(r"^HTTP(S)?ConnectionPool\(host='[^']*', port=\d+\): ", "", text)
+    return f"{host}: {text}"
 
 
 def parse_listing(body: Any, *, where: str) -> dict[str, ListedFile]:

@@ -151,7 +151,12 @@ def concurrency(results: Results, path: Path) -> Path | None:
 
 def harness_vs_server(results: Results, path: Path) -> Path | None:
     """Per measured request: effective tok/s, the harness's generation rate and the server's, side by side."""
-    runs = [(doc, r) for doc in results.sequential for r in doc["runs"] if not r["warmup"] and r["timings"]]
+    runs = [
+        (doc, r)
+        for doc in results.sequential
+        for r in doc["runs"]
+        if not r["warmup"] and "error" not in r and r["timings"]
+    ]
     if not runs:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.2))

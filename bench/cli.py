@@ -128,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    """Measure, writing the results file after every request; an unfinished file with the same method resumes."""
+    from openai import APIConnectionError
     from openai import __version__ as openai_version
 
     log = runner.stderr_log
@@ -137,8 +139,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     client = make_client(
         a.endpoint, resolve_api_key(api_key=a.api_key, secret_id=a.api_key_secret, region=a.region), timeout=a.timeout
     )
-    from openai import APIConnectionError
-
     try:
         served = a.model or served_model(client)
     except APIConnectionError as exc:
@@ -146,38 +146,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     desc = method.describe(
         max_tokens=a.max_tokens, repetitions=a.repetitions, warmup=a.warmup, concurrency=a.concurrency
     )
-    started, load_start = _now(), _loadavg()
-    mode = "one request at a time" if a.concurrency is None else f"{a.concurrency} streaming clients"
-    log(
-        f"benchmarking {served} at {a.endpoint} ({a.profile}): {mode}, max_tokens {a.max_tokens}, "
-        f"{a.warmup} warm-up + {a.repetitions} measured"
-    )
-    if a.concurrency is None:
-        rows = runner.run_sequential(
-            client, served, repetitions=a.repetitions, warmup=a.warmup, max_tokens=a.max_tokens, log=log
-        )
-        summary = runner.summarize_sequential(rows)
-        kind = "sequential"
-        observed_mtp = summary.get("speculative")
-    else:
-        rows, wall = runner.run_concurrent(
-            client,
-            served,
-            concurrency=a.concurrency,
-            repetitions=a.repetitions,
-            warmup=a.warmup,
-            max_tokens=a.max_tokens,
-            log=log,
-        )
-        summary = runner.summarize_concurrent(rows, wall, a.concurrency)
-        kind = "concurrency"
-        observed_mtp = any("draft_n" in r.get("timings", {}) for r in rows)
-    mtp = label.mtp if observed_mtp is None else bool(observed_mtp)
-    if label.mtp is not None and observed_mtp is not None and label.mtp != observed_mtp:
-        log(
-            f"warning: profile {a.profile!r} expects MTP {'on' if label.mtp else 'off'} but the server's timings "
-            f"say {'on' if observed_mtp else 'off'}; recording what the server did"
-        )
+    kind = "sequential" if a.concurrency is None else "concurrency"
+    started = _now()
+    out = a.output or RESULTS_DIR / f"{a.profile}-{started.replace(':', '').replace('+0000', 'Z')}.json"
     model = label.model or served
     doc: dict[str, Any] = {
         "schema": results.SCHEMA,
@@ -187,28 +158,121 @@ def cmd_run(a: argparse.Namespace) -> int:
         "hardware": label.hardware,
         "model": model,
         "moe": results.is_moe(model),
-        "mtp": bool(mtp),
+        "mtp": bool(label.mtp),
         "served_model": served,
         "endpoint": a.endpoint,
         "started_at": started,
-        "finished_at": _now(),
+        "finished_at": None,
+        "complete": False,
         "method": desc,
         "harness": {
             "python": platform.python_version(),
             "openai": openai_version,
             # 1-minute load average of the client machine: on a shared or local host, contention shows here.
-            "client_loadavg_1m": [load_start, _loadavg()],
+            "client_loadavg_1m": [_loadavg(), None],
             "client_cpus": os.cpu_count(),
         },
-        "runs": rows,
-        "summary": summary,
+        "runs": [],
+        "summary": None,
     }
-    out = a.output or RESULTS_DIR / f"{a.profile}-{started.replace(':', '').replace('+0000', 'Z')}.json"
-    results.write(doc, out)
-    log(_run_summary_line(kind, summary))
+    doc["runs"] = _resumable_rows(out, doc, log)
+    created = not out.exists()
+    _save(doc, out)  # before the first request: an unwritable -o fails now, not after half an hour
+    try:
+        return _measure(a, client, served, doc, out, log, label.mtp)
+    except Exception:
+        if created and not doc["runs"]:
+            out.unlink(missing_ok=True)  # refused at the first request: leave no empty results file behind
+        raise
+
+
+def _measure(
+    a: argparse.Namespace, client: Any, served: str, doc: dict[str, Any], out: Path, log: runner.Log,
+    label_mtp: bool | None,
+) -> int:  # fmt: skip
+    kind = doc["kind"]
+
+    def keep(row: dict[str, Any]) -> None:
+        doc["runs"].append(row)
+        _save(doc, out)
+
+    done = sum(runner.measured(r) for r in doc["runs"])
+    mode = "one request at a time" if a.concurrency is None else f"{a.concurrency} streaming clients"
+    log(
+        f"benchmarking {served} at {a.endpoint} ({a.profile}): {mode}, max_tokens {a.max_tokens}, "
+        f"{a.warmup} warm-up + {a.repetitions - done} measured" + (f" ({done} kept from {out})" if done else "")
+    )
+    if a.concurrency is None:
+        runner.run_sequential(
+            client, served, repetitions=a.repetitions - done, warmup=a.warmup, max_tokens=a.max_tokens, log=log,
+            on_row=keep, first_index=len(doc["runs"]),
+        )  # fmt: skip
+        rows = doc["runs"]
+        valid = sum(runner.measured(r) for r in rows)
+        summary = runner.summarize_sequential(rows) if valid else None
+        observed_mtp = summary.get("speculative") if summary else None
+        complete = valid >= a.repetitions
+    else:
+        rows, wall = runner.run_concurrent(
+            client, served, concurrency=a.concurrency, repetitions=a.repetitions, warmup=a.warmup,
+            max_tokens=a.max_tokens, log=log, on_row=keep,
+        )  # fmt: skip
+        doc["runs"] = rows  # by client, as the phase ran (they were saved in the order they finished)
+        valid = sum(runner.measured(r) for r in rows)
+        summary = runner.summarize_concurrent(rows, wall, a.concurrency) if valid else None
+        observed_mtp = any("draft_n" in r.get("timings", {}) for r in rows if runner.measured(r)) if valid else None
+        complete = valid > 0  # under load a failed request is a result; a phase with none valid measured nothing
+    mtp = label_mtp if observed_mtp is None else bool(observed_mtp)
+    if label_mtp is not None and observed_mtp is not None and label_mtp != observed_mtp:
+        log(
+            f"warning: profile {a.profile!r} expects MTP {'on' if label_mtp else 'off'} but the server's timings "
+            f"say {'on' if observed_mtp else 'off'}; recording what the server did"
+        )
+    doc.update(mtp=bool(mtp), summary=summary, complete=complete, finished_at=_now())
+    doc["harness"]["client_loadavg_1m"][1] = _loadavg()
+    _save(doc, out)
+    if summary is not None:
+        log(_run_summary_line(kind, summary))
     log(f"wrote {out}")
     print(out)
-    return 0
+    if complete:
+        return 0
+    failed = [r for r in rows if not r["warmup"] and "error" in r]
+    first = f" (first: {failed[0]['error']})" if failed else ""
+    log(
+        f"error: {valid} valid of {a.repetitions if a.concurrency is None else len(failed) + valid} measured "
+        f"requests{first}; the finished ones are kept in {out}"
+        + ("; run the same command again to measure the rest" if a.concurrency is None else "")
+    )
+    return 1
+
+
+def _resumable_rows(out: Path, doc: dict[str, Any], log: runner.Log) -> list[dict[str, Any]]:
+    """The rows of an unfinished run of the same method, profile and model in `out`, else none."""
+    try:
+        old = json.loads(out.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{out} exists but is not readable JSON ({e}); pick another -o or remove it") from None
+    same = isinstance(old, dict) and all(old.get(k) == doc[k] for k in ("schema", "kind", "profile", "served_model"))
+    same = same and isinstance(old.get("method"), dict) and old["method"] == doc["method"]
+    if not same or old.get("complete") is not False or not isinstance(old.get("runs"), list):
+        log(f"note: replacing {out} (not an unfinished run of this method)")
+        return []
+    if doc["kind"] != "sequential":
+        log(f"note: {out} is an interrupted concurrency phase; its rates need one uninterrupted phase: measuring anew")
+        return []
+    rows = [r for r in old["runs"] if isinstance(r, dict) and isinstance(r.get("warmup"), bool)]
+    doc["started_at"] = old.get("started_at", doc["started_at"])
+    return rows
+
+
+def _save(doc: dict[str, Any], out: Path) -> None:
+    try:
+        results.write(doc, out)
+    except OSError as e:
+        raise OSError(f"cannot write the results file {out}: {e.strerror or e}; pass a writable -o") from None
 
 
 def _run_summary_line(kind: str, s: dict[str, Any]) -> str:
@@ -320,3 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, OpenAIError, BotoCoreError, ClientError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; finished requests are in the results file: run the same command to resume",
+              file=sys.stderr)  # fmt: skip
+        return 130

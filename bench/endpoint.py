@@ -64,10 +64,20 @@ def make_client(endpoint: str, api_key: str, *, timeout: float = REQUEST_TIMEOUT
 
 def served_model(client: Any) -> str:
     """The model id the server announces (llama-server answers with its --alias)."""
-    models = client.models.list().data
-    if not models:
-        raise RuntimeError("the endpoint lists no models; pass --model")
-    return str(models[0].id)
+    from openai import APIConnectionError, APIStatusError
+
+    try:
+        models = client.models.list().data
+        first = models[0].id if isinstance(models, list) and models else None
+    except (APIConnectionError, APIStatusError):
+        raise
+    except Exception as e:  # noqa: BLE001 - HTML, a bare list, odd JSON: the client raises all sorts
+        raise ValueError(
+            f"the endpoint's /v1/models answer is not a model list ({type(e).__name__}); pass --model"
+        ) from None
+    if not isinstance(first, str) or not first:
+        raise ValueError("the endpoint lists no model id at /v1/models; pass --model")
+    return first
 
 
 @dataclass(frozen=True)

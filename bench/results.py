@@ -7,6 +7,7 @@ A results file is either one run document (`schema` SCHEMA, `kind` "sequential" 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,11 +84,17 @@ def load(paths: Iterable[str | Path] = ()) -> Results:
     paths = list(paths) or [FIELD_REPORT]
     out = Results()
     for path in paths:
-        _add(out, json.loads(Path(path).read_text(encoding="utf-8")), str(path))
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            _add(out, doc, str(path))
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}: not a valid benchmark results file ({type(e).__name__}: {e})") from None
     return out
 
 
 def _add(out: Results, doc: dict[str, Any], where: str) -> None:
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: not a benchmark results file (a JSON {type(doc).__name__}, not an object)")
     schema = doc.get("schema")
     if schema == COLLECTION_SCHEMA:
         for item in doc.get("results", []):
@@ -102,6 +109,12 @@ def _add(out: Results, doc: dict[str, Any], where: str) -> None:
 
 
 def _add_run(out: Results, doc: dict[str, Any], where: str) -> None:
+    if doc.get("complete") is False or doc.get("summary") is None:
+        valid = sum(1 for r in doc.get("runs", []) if not r.get("warmup") and "error" not in r)
+        raise ValueError(
+            f"{where}: an unfinished run ({valid} valid measured requests); finish it with the same "
+            f"`python -m bench run ... -o {where}`"
+        )
     if doc.get("kind") == "concurrency":
         out.concurrency.append(doc)
         return
@@ -124,7 +137,10 @@ def _add_run(out: Results, doc: dict[str, Any], where: str) -> None:
 
 
 def write(doc: dict[str, Any], path: str | Path) -> Path:
+    """Replace `path` atomically: a run killed mid-write keeps the previous, complete version."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
     return path

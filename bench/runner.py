@@ -9,11 +9,15 @@ Definitions (also in docs/benchmark.md):
 - harness generation rate: generation-phase tokens / (total time - prompt_ms), to set against predicted_per_second.
 - TTFT: request sent to the first streamed text (answer or reasoning); ITL: (last text - first text) /
   (completion tokens - 1).
+- a valid measurement: a chat completion with at least one completion token and a finish_reason of "stop" or
+  "length" (streams: also the usage chunk llama-server sends last). Anything else is a row with an "error" that
+  no summary counts: a 200 with 0 tokens, an HTML page, a stream cut before its end, a 500, a timeout.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +26,45 @@ from typing import Any
 from bench.method import request_body
 
 Log = Callable[[str], None]
+OnRow = Callable[[dict[str, Any]], None]
+FINISHED = ("stop", "length")
+
+
+class InvalidResponse(Exception):
+    """The server answered, but not with a measurement (the message says why)."""
+
+
+def invalid_reason(row: dict[str, Any], *, streamed: bool) -> str | None:
+    if streamed and not row.get("usage_seen"):
+        return "the stream ended before its usage chunk (cut short)"
+    if row.get("finish_reason") not in FINISHED:
+        return f"finish_reason {row.get('finish_reason')!r}: the answer did not finish"
+    if row.get("completion_tokens", 0) <= 0:
+        return "0 completion tokens"
+    return None
+
+
+def _refused(exc: Exception) -> bool:
+    from openai import AuthenticationError, PermissionDeniedError
+
+    return isinstance(exc, AuthenticationError | PermissionDeniedError)
+
+
+def measured(row: dict[str, Any]) -> bool:
+    """A measured (not warm-up) request that produced a valid measurement."""
+    return not row["warmup"] and "error" not in row
+
+
+def attempt(request: Callable[[], dict[str, Any]], *, streamed: bool) -> dict[str, Any]:
+    """One request as a row: its measurement, or an "error" that says what went wrong (never an exception)."""
+    try:
+        row = request()
+    except Exception as exc:  # noqa: BLE001 - a failed request is a recorded result, not a crash
+        if _refused(exc):
+            raise  # a wrong key fails every request alike: stop at the first
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    reason = invalid_reason(row, streamed=streamed)
+    return {**row, "error": f"invalid response: {reason}"} if reason else row
 
 
 def stderr_log(line: str) -> None:
@@ -67,6 +110,8 @@ def single_request(client: Any, model: str, max_tokens: int) -> dict[str, Any]:
     start = time.perf_counter()
     resp = client.chat.completions.create(**request_body(model=model, max_tokens=max_tokens))
     wall = time.perf_counter() - start
+    if not isinstance(getattr(resp, "choices", None), list):
+        raise InvalidResponse(f"not a chat completion: {str(resp)[:120]!r}")
     timings = _extra(resp).get("timings") or {}
     completion = resp.usage.completion_tokens if resp.usage else int(timings.get("predicted_n", 0))
     return {
@@ -97,6 +142,7 @@ def streaming_request(client: Any, model: str, max_tokens: int) -> dict[str, Any
     return {
         "prompt_tokens": usage.prompt_tokens if usage else timings.get("prompt_n"),
         "finish_reason": finish,
+        "usage_seen": usage is not None,
         "ttft_s": (first - start) if first is not None else None,
         "itl_s": (last - first) / (completion - 1) if first is not None and last and completion > 1 else None,
         **_timing_fields(wall, completion, timings),
@@ -104,6 +150,8 @@ def streaming_request(client: Any, model: str, max_tokens: int) -> dict[str, Any
 
 
 def _describe(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"FAILED {row['error']}"
     t = row["timings"]
     parts = [f"{row['completion_tokens']} tok in {row['wall_s']:.2f} s = {row['effective_tok_s']:.2f} tok/s"]
     if t:
@@ -118,24 +166,39 @@ def _describe(row: dict[str, Any]) -> str:
 
 
 def run_sequential(
-    client: Any, model: str, *, repetitions: int, warmup: int, max_tokens: int, log: Log = stderr_log
+    client: Any,
+    model: str,
+    *,
+    repetitions: int,
+    warmup: int,
+    max_tokens: int,
+    log: Log = stderr_log,
+    on_row: OnRow | None = None,
+    first_index: int = 0,
 ) -> list[dict[str, Any]]:
-    """The report's method: one request at a time, warm-up requests first and marked as such."""
+    """The report's method: one request at a time, warm-up requests first and marked as such.
+
+    A failed or invalid request is a row with "error" and the run goes on; `on_row` sees each row as it ends
+    (the CLI writes it to the results file then, so nothing finished is lost).
+    """
     rows = []
     for i in range(warmup + repetitions):
         is_warmup = i < warmup
         tag = f"warmup {i + 1}/{warmup}" if is_warmup else f"run {i - warmup + 1}/{repetitions}"
-        row = {"index": i, "warmup": is_warmup, **single_request(client, model, max_tokens)}
+        result = attempt(lambda: single_request(client, model, max_tokens), streamed=False)
+        row = {"index": first_index + i, "warmup": is_warmup, **result}
         log(f"[{tag}] {_describe(row)}")
         rows.append(row)
+        if on_row is not None:
+            on_row(row)
     return rows
 
 
 def summarize_sequential(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pooled over the measured (non-warm-up) runs: rates are total tokens over total time."""
-    runs = [r for r in rows if not r["warmup"]]
+    """Pooled over the valid measured (non-warm-up) runs: rates are total tokens over total time."""
+    runs = [r for r in rows if measured(r)]
     if not runs:
-        raise ValueError("no measured runs (repetitions must be at least 1)")
+        raise ValueError("no valid measured request")
     n = len(runs)
     wall = sum(r["wall_s"] for r in runs)
     tokens = sum(r["completion_tokens"] for r in runs)
@@ -185,31 +248,40 @@ def run_concurrent(
     warmup: int,
     max_tokens: int,
     log: Log = stderr_log,
+    on_row: OnRow | None = None,
 ) -> tuple[list[dict[str, Any]], float]:
     """`concurrency` streaming clients, each sending `repetitions` requests back to back; returns rows and wall time."""
     rows: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def request() -> dict[str, Any]:
+        return attempt(lambda: streaming_request(client, model, max_tokens), streamed=True)
+
+    def done(row: dict[str, Any]) -> None:
+        if on_row is not None:
+            with lock:
+                on_row(row)
+
     for i in range(warmup):
-        row = {"client": None, "warmup": True, **streaming_request(client, model, max_tokens)}
+        row = {"client": None, "warmup": True, **request()}
         log(f"[warmup {i + 1}/{warmup}] {_describe(row)}")
         rows.append(row)
+        done(row)
     phase_start = time.perf_counter()
 
     def client_loop(c: int) -> list[dict[str, Any]]:
-        done = []
+        finished = []
         for r in range(repetitions):
             sent = time.perf_counter() - phase_start
-            try:
-                row = {"client": c, "warmup": False, "sent_s": sent, **streaming_request(client, model, max_tokens)}
-                log(f"[client {c + 1}/{concurrency} req {r + 1}/{repetitions}] {_describe(row)}")
-            except Exception as exc:  # noqa: BLE001 - under load a failed request is a result, not a crash
-                row = {"client": c, "warmup": False, "sent_s": sent, "error": f"{type(exc).__name__}: {exc}"}
-                log(f"[client {c + 1}/{concurrency} req {r + 1}/{repetitions}] FAILED {row['error']}")
-            done.append(row)
-        return done
+            row = {"client": c, "warmup": False, "sent_s": sent, **request()}
+            log(f"[client {c + 1}/{concurrency} req {r + 1}/{repetitions}] {_describe(row)}")
+            finished.append(row)
+            done(row)
+        return finished
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for done in pool.map(client_loop, range(concurrency)):
-            rows += done
+        for finished in pool.map(client_loop, range(concurrency)):
+            rows += finished
     return rows, time.perf_counter() - phase_start
 
 

@@ -303,7 +303,7 @@ def per_run(results: Results) -> str:
     """Every measured request of measured results: the harness's clock next to the server's timings."""
     rows = []
     for doc in results.sequential:
-        for r in (r for r in doc["runs"] if not r["warmup"]):
+        for r in (r for r in doc["runs"] if not r["warmup"] and "error" not in r):
             t = r["timings"]
             harness = harness_generation_rate(r["wall_s"], t)
             rows.append(

@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+CHECKOV_STAMP := .venv-checkov/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # One cache outside the checkout for llama-server, the staged image sources and the image tier; exported so
 # that every synth (pytest, `npx cdk`, whatever HOME it is given) finds the staged sources.
@@ -15,11 +16,11 @@ demo: $(STAMP) node_modules/.installed llama-server
 	$(PY) -m launcher.local
 
 ## test: set up everything, then run every test tier (the x86-64 image is built and run in Docker)
-test: $(STAMP) node_modules/.installed llama-server image-sources
+test: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed llama-server image-sources
 	$(PY) -m pytest
 
 ## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server, no Docker)
-test-fast: $(STAMP) node_modules/.installed image-sources
+test-fast: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources
 	$(PY) -m pytest -m "not e2e"
 
 test-e2e: $(STAMP) llama-server
@@ -53,9 +54,20 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	@touch $@
 
+# checkov's own pins conflict with the app's boto3: it gets a venv of its own, installed exactly as frozen.
+$(CHECKOV_STAMP): requirements-checkov.txt
+	$(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/python -m pip install --quiet --upgrade pip==25.2
+	.venv-checkov/bin/python -m pip install --quiet --no-deps -r requirements-checkov.txt
+	@touch $@
+
+## preflight: read-only checks of your AWS account before the first deploy (credentials for the region)
+preflight: $(STAMP) node_modules/.installed
+	$(PY) -m preflight
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $@
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out
+	rm -rf $(VENV) .venv-checkov node_modules cdk.out

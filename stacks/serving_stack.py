@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import Aspects, Aws, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
@@ -12,6 +12,7 @@ from catalog import ServingProfile
 from fleetmetrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
+from stacks.checkov import CheckovAcknowledgements
 from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, ServingFleet, release_parameter_name
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
@@ -44,6 +45,7 @@ class ServingStack(Stack):
             "Zones are pinned on purpose in cdk.context.json: no lookup at synth, and the user picks zones that offer "
             "the instance type.",
         )
+        Aspects.of(self).add(CheckovAcknowledgements())
         fleet_cfg = profile.fleet
         network = ServingNetwork(
             self, "Network", cidr=fleet_cfg.vpc_cidr, max_azs=fleet_cfg.max_azs, nat_gateways=fleet_cfg.nat_gateways

@@ -13,6 +13,21 @@ from stacks.app import build_app
 from tests.conftest import cdk_context
 
 STACK_NAMES = [p.stack_name for p in PROFILES.values()]
+CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
+IAM_CERT = "arn:aws-cn:iam::111122223333:server-certificate/llama-internal"
+# Each documented deploy option alone, then the combinations the README suggests.
+DOCUMENTED = {
+    "spot": {"spot": "true"},
+    "off-hours": {"offHours": "20-8"},
+    "allowed-cidrs": {"allowedCidrs": "10.8.0.0/16,192.168.10.0/24"},
+    "acm-certificate": {"certificateArn": CERT},
+    "iam-certificate": {"certificateArn": IAM_CERT},
+    "build-args": {"imageBuildArgs": "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"},
+    "no-warm-pool": {"warmPool": "0"},
+    "beijing": {"region": "cn-north-1"},
+    "cost-saver": {"spot": "true", "offHours": "20-8"},
+    "locked-down": {"allowedCidrs": "10.8.0.0/16", "certificateArn": CERT, "offHours": "20-8"},
+}
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +56,14 @@ def scrub(template: dict) -> dict:
     text = re.sub(r"[0-9a-f]{64}", "<asset-hash>", text)
     text = re.sub(r"(arm64-cpu|x86-64-cpu|cuda)-[0-9a-f]{16}", r"\1-<hash>", text)
     return json.loads(text)
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """Every documented option set, synthesized with cdk-nag (build_app adds it, as for `cdk synth`)."""
+    out = {}
+    for name, ctx in DOCUMENTED.items():
+        app = build_app({**cdk_context(), **ctx}, config_file=tmp_path_factory.mktemp(name) / "absent.toml")
+        assembly = app.synth()  # raises on any unacknowledged cdk-nag finding or rule error
+        out[name] = {s.stack_name: Path(assembly.directory) / s.template_file for s in assembly.stacks}
+    return out

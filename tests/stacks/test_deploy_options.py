@@ -17,40 +17,13 @@ from catalog import PROFILES, profile_by_stack
 from stacks.app import build_app
 from stacks.options import DEPLOY_CONFIG, DeployOptionError, DeployOptions, load_options
 from tests.conftest import ROOT, cdk_context
-from tests.stacks.conftest import STACK_NAMES
-
-CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
-IAM_CERT = "arn:aws-cn:iam::111122223333:server-certificate/llama-internal"
-# Each documented option alone, then the combinations the README suggests.
-DOCUMENTED = {
-    "spot": {"spot": "true"},
-    "off-hours": {"offHours": "20-8"},
-    "allowed-cidrs": {"allowedCidrs": "10.8.0.0/16,192.168.10.0/24"},
-    "acm-certificate": {"certificateArn": CERT},
-    "iam-certificate": {"certificateArn": IAM_CERT},
-    "build-args": {"imageBuildArgs": "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"},
-    "no-warm-pool": {"warmPool": "0"},
-    "beijing": {"region": "cn-north-1"},
-    "cost-saver": {"spot": "true", "offHours": "20-8"},
-    "locked-down": {"allowedCidrs": "10.8.0.0/16", "certificateArn": CERT, "offHours": "20-8"},
-}
+from tests.stacks.conftest import CERT, IAM_CERT, STACK_NAMES
 
 
 def _cli_env(tmp_path: Path) -> dict[str, str]:
     """The CLI as a user without credentials runs it: no AWS variables, an empty home."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     return {**env, "HOME": str(tmp_path), "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1"}
-
-
-@pytest.fixture(scope="module")
-def synthesized(tmp_path_factory) -> dict[str, dict[str, Path]]:
-    """Every documented option set, synthesized with cdk-nag (build_app adds it, as for `cdk synth`)."""
-    out = {}
-    for name, ctx in DOCUMENTED.items():
-        app = build_app({**cdk_context(), **ctx}, config_file=tmp_path_factory.mktemp(name) / "absent.toml")
-        assembly = app.synth()  # raises on any unacknowledged cdk-nag finding or rule error
-        out[name] = {s.stack_name: Path(assembly.directory) / s.template_file for s in assembly.stacks}
-    return out
 
 
 def test_every_documented_option_synthesizes_cfn_lint_clean(synthesized):

@@ -106,7 +106,10 @@ def run_forever(publisher: Publisher, interval: int) -> None:
             signal.signal(sig, lambda *_: stop.set())
     next_at = time.monotonic()
     while not stop.is_set():
-        publisher.step()
+        try:
+            publisher.step()
+        except Exception as e:  # noqa: BLE001 - this loop never stops; a surprise is one log line, then the next scrape
+            log.warning("publishing cycle failed: %s: %s", type(e).__name__, e)
         next_at += interval
         stop.wait(max(0.0, next_at - time.monotonic()))
     log.info("stopped")

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from fleetmetrics.prometheus import MetricFamily, parse_prometheus
 
 IMDS_ENDPOINT = "http://169.254.169.254"
 START_TIME_HEADER = "Process-Start-Time-Unix"  # changes when llama-server restarts
+MAX_BODY = 4 * 1024 * 1024  # llama-server's /metrics is a few KB; more is not llama-server
 
 
 class ScrapeError(Exception):
@@ -70,14 +75,37 @@ class ServerScrape:
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[bytes, dict[str, str]]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     request = urllib.request.Request(url, headers=headers)  # noqa: S310 (the URL is the operator's --url)
+    deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return response.read(), dict(response.headers)
+            return read_body(response, url, deadline, timeout), dict(response.headers)
     except urllib.error.HTTPError as e:
         raise ScrapeError(f"GET {url}: HTTP {e.code} {_error_message(e)}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise ScrapeError(f"GET {url}: {reason}") from None
+    except http.client.HTTPException as e:  # a truncated body, or a reply that is not HTTP
+        raise ScrapeError(f"GET {url}: broken HTTP answer ({type(e).__name__})") from None
+
+
+def read_body(response: Any, url: str, deadline: float, timeout: float, limit: int = MAX_BODY) -> bytes:
+    """The whole body, within `limit` bytes and by `deadline` (so at least limit/timeout bytes per second)."""
+    parts: list[bytes] = []
+    total = 0
+    while chunk := response.read1(65536):
+        total += len(chunk)
+        if total > limit:
+            raise ScrapeError(f"GET {url}: body larger than {limit // (1024 * 1024)} MiB; not llama-server's answer")
+        if time.monotonic() > deadline:
+            raise ScrapeError(
+                f"GET {url}: {urlsplit(url).netloc} sent {total:,} bytes in {timeout:g} s "
+                f"({total / timeout:,.0f} B/s), too slow for the {timeout:g} s deadline"
+            )
+        parts.append(chunk)
+    expected = (response.headers.get("Content-Length") or "").strip()
+    if expected.isdigit() and int(expected) != total:  # read1 reports a connection closed early as a plain end
+        raise ScrapeError(f"GET {url}: body cut short ({total:,} of {int(expected):,} bytes)")
+    return b"".join(parts)
 
 
 def _error_message(e: urllib.error.HTTPError) -> str:
@@ -117,13 +145,13 @@ def instance_id_from_imds(endpoint: str | None = None, timeout: float = 2.0) -> 
             base + "/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"}
         )
         with urllib.request.urlopen(put, timeout=timeout) as response:  # noqa: S310
-            token = response.read().decode()
+            token = read_body(response, base, time.monotonic() + timeout, timeout, limit=4096).decode()
         get = urllib.request.Request(  # noqa: S310
             base + "/latest/meta-data/instance-id", headers={"X-aws-ec2-metadata-token": token}
         )
         with urllib.request.urlopen(get, timeout=timeout) as response:  # noqa: S310
-            instance_id = response.read().decode().strip()
-    except (urllib.error.URLError, OSError) as e:
+            instance_id = read_body(response, base, time.monotonic() + timeout, timeout, limit=4096).decode().strip()
+    except (urllib.error.URLError, OSError, http.client.HTTPException, UnicodeDecodeError) as e:
         raise ScrapeError(f"instance metadata (IMDSv2) at {base}: {getattr(e, 'reason', e)}") from None
     if not instance_id.startswith("i-"):
         raise ScrapeError(f"instance metadata (IMDSv2) at {base}: unexpected instance id {instance_id!r}")

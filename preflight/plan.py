@@ -9,8 +9,10 @@ from typing import Any
 from stacks.app import build_app, cli_context
 from stacks.options import DEPLOY_CONFIG, load_options
 
-# Service Quotas codes for running On-Demand and Spot vCPUs (EC2 User Guide, "On-Demand Instance quotas" and
-# "Spot Instance quotas"): c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is G and VT.
+# Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
+# G and VT. L-1216C47A is shown by name in the AWS CLI User Guide's Service Quotas examples (docs.amazonaws.cn);
+# the others are the EC2 quota list's codes, not verified here: a wrong code answers NoSuchResourceException,
+# which the pre-flight reports as "could not check", never as a pass.
 STANDARD_ON_DEMAND = "L-1216C47A"
 G_AND_VT_ON_DEMAND = "L-DB2E81BA"
 STANDARD_SPOT = "L-34B43A08"

@@ -9,7 +9,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # that every synth (pytest, `npx cdk`, whatever HOME it is given) finds the staged sources.
 export LLAMA_SERVER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/qwen36-serve
 
-.PHONY: demo test test-fast test-e2e test-images test-images-arm64 synth lint llama-server image-sources clean
+.PHONY: demo test test-fast test-e2e test-images test-images-arm64 synth lint llama-server image-sources preflight clean
 
 ## demo: set up everything, then run the serving path locally (real llama-server, small model)
 demo: $(STAMP) node_modules/.installed llama-server
@@ -62,7 +62,7 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	@touch $@
 
 ## preflight: read-only checks of your AWS account before the first deploy (credentials for the region)
-preflight: $(STAMP) node_modules/.installed
+preflight: $(STAMP) node_modules/.installed image-sources
 	$(PY) -m preflight
 
 node_modules/.installed: package.json package-lock.json

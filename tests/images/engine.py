@@ -17,8 +17,8 @@ DOCKER = "/usr/bin/docker"  # Debian's client, which speaks to Debian's engine (
 CACHE = Path(os.environ.get("LLAMA_SERVER_CACHE") or Path.home() / ".cache" / "qwen36-serve")
 
 
-def docker(*args: str, check: bool = True, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([DOCKER, *args], check=check, capture_output=True, text=True, timeout=timeout, **kw)
+def docker(*args: str, check: bool = True, timeout: float = 600, text: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([DOCKER, *args], check=check, capture_output=True, text=text, timeout=timeout)
 
 
 def engine_env() -> dict[str, str]:

@@ -35,5 +35,5 @@ def test_arm64_image_builds_under_emulation_and_serves(image_assembly: Path, gem
     arch = json.loads(docker("image", "inspect", inputs.image).stdout)[0]["Architecture"]
     assert arch == "arm64"
     version = docker("run", "--rm", "--network", "none", "--entrypoint", "llama-server", inputs.image, "--version")
-    assert "version: 11312 (0c1e57098)" in version.stdout + version.stderr
+    assert "(build 11312, commit 0c1e57098)" in version.stdout + version.stderr
     run_as_the_instance_does(inputs.image, gemma_gguf, tmp_path, target="arm64-cpu", load_timeout=900)

@@ -126,9 +126,15 @@ def streaming_request(client: Any, model: str, max_tokens: int) -> dict[str, Any
     first = last = None
     timings: dict[str, Any] = {}
     usage = finish = None
+    deadline = request_deadline(client)
     stream = client.chat.completions.create(**request_body(model=model, max_tokens=max_tokens, stream=True))
     for chunk in stream:
         now = time.perf_counter()
+        if deadline is not None and now - start > deadline:
+            stream.close()
+            host = getattr(getattr(client, "base_url", None), "netloc", b"")
+            host = host.decode() if isinstance(host, bytes) else str(host)
+            raise TimeoutError(f"{host} was still streaming after the {deadline:g} s request deadline (--timeout)")
         timings = _extra(chunk).get("timings") or timings
         usage = chunk.usage or usage
         for choice in chunk.choices:
@@ -147,6 +153,15 @@ def streaming_request(client: Any, model: str, max_tokens: int) -> dict[str, Any
         "itl_s": (last - first) / (completion - 1) if first is not None and last and completion > 1 else None,
         **_timing_fields(wall, completion, timings),
     }
+
+
+def request_deadline(client: Any) -> float | None:
+    """The client's timeout as a deadline for a whole stream (the HTTP client applies it to each read only)."""
+    timeout = getattr(client, "timeout", None)
+    if isinstance(timeout, int | float):
+        return float(timeout)
+    read = getattr(timeout, "read", None)
+    return float(read) if isinstance(read, int | float) else None
 
 
 def _describe(row: dict[str, Any]) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,7 +31,8 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, An
 
 class HostileServer:
     """`script` lists what each chat request gets, in order (the last one repeats):
-    ok | zero-tokens | html | cut-stream | 500 | no-finish.  `models` is the raw /v1/models body."""
+    ok | zero-tokens | html | cut-stream | 500 | no-finish | slow-stream (a token every 0.5 s for 10 s).
+    `models` is the raw /v1/models body."""
 
     def __init__(self, script: list[str], models: bytes | None = None) -> None:
         self.script = list(script)
@@ -54,6 +57,10 @@ class HostileServer:
                 self._send(200, server.models, "application/json")
 
             def do_POST(self) -> None:  # noqa: N802
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a client giving up on purpose
+                    self._answer()
+
+            def _answer(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     what = server.script[min(len(server.served), len(server.script) - 1)]
@@ -71,9 +78,12 @@ class HostileServer:
                 self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(_chunk({"role": "assistant", "content": ""}))
-                n = 0 if what == "zero-tokens" else 5
+                n = {"zero-tokens": 0, "slow-stream": 20}.get(what, 5)
                 for _ in range(n):
                     self.wfile.write(_chunk({"content": "hi "}))
+                    if what == "slow-stream":
+                        self.wfile.flush()
+                        time.sleep(0.5)
                 if what == "cut-stream":
                     self.wfile.flush()
                     return  # connection closes: no finish_reason, no usage, no [DONE]

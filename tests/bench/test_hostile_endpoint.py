@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,19 @@ def test_streams_cut_before_their_end_are_not_measurements(tmp_path: Path) -> No
     assert p.returncode == 1 and "0 valid of 4 measured requests" in p.stderr, p.stderr
     doc = json.loads(out.read_text())
     assert all("cut short" in r["error"] or "did not finish" in r["error"] for r in doc["runs"] if not r["warmup"])
+
+
+def test_a_stream_past_its_deadline_is_cut_off(tmp_path: Path) -> None:
+    """Tokens every 0.5 s never trip a 2 s read timeout; the request's deadline does."""
+    out = tmp_path / "r.json"
+    started = time.monotonic()
+    with HostileServer(["slow-stream"]) as server:
+        p = run(server.url, out, "--concurrency", "1", "--repetitions", "1", "--warmup", "0", "--timeout", "2")
+    elapsed = time.monotonic() - started
+    assert p.returncode == 1, p.stderr
+    [row] = json.loads(out.read_text())["runs"]
+    assert "still streaming after the 2 s request deadline" in row["error"] and server.url[7:] in row["error"]
+    assert elapsed < 9, f"took {elapsed:.1f} s: the 10 s stream ran to its end"
 
 
 def test_a_500_mid_run_keeps_what_finished_and_the_rerun_resumes(tmp_path: Path) -> None:

@@ -26,17 +26,21 @@ if ! echo "$sha256  $sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
   mv "$work/llama_cpp_python-$version.tar.gz" "$sdist"
 fi
 
-rm -f "$dest"/wheels/*.whl "$dest/wheels/SHA256SUMS"
-"$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \
-  -r "$root/docker/requirements-image.txt" --dest "$dest/wheels" >&2
-(cd "$dest/wheels" && sha256sum -- *.whl >SHA256SUMS)
+want=$(sed -n 's/.*--hash=sha256:\([0-9a-f]\{64\}\).*/\1/p' "$root/docker/requirements-image.txt" | sort)
+have=$(cd "$dest/wheels" && cat -- *.whl >/dev/null 2>&1 && sha256sum -- *.whl | cut -d' ' -f1 | sort)
+if [[ "$want" != "$have" ]]; then
+  rm -f "$dest"/wheels/*.whl "$dest/wheels/SHA256SUMS"
+  "$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \
+    -r "$root/docker/requirements-image.txt" --dest "$dest/wheels" >&2
+  (cd "$dest/wheels" && sha256sum -- *.whl >SHA256SUMS)
+fi
 
 # The arm64 image is built on the x86 builder under QEMU where CodeBuild offers no arm64 builder: stage this
 # machine's static user-mode emulator (Debian/Ubuntu: qemu-user-static). Without it only x86 images build.
-rm -rf "$dest/qemu"
 if qemu=$(command -v qemu-aarch64-static); then
-  install -D -m 0755 "$qemu" "$dest/qemu/qemu-aarch64-static"
+  cmp -s "$qemu" "$dest/qemu/qemu-aarch64-static" || install -D -m 0755 "$qemu" "$dest/qemu/qemu-aarch64-static"
 else
+  rm -rf "$dest/qemu"
   echo "note: no qemu-aarch64-static here; the arm64 image then needs CodeBuild's native arm64 builder" >&2
 fi
 echo "$dest"

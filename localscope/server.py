@@ -59,7 +59,8 @@ class Faults:
     corrupt_times: int | None = 1  # how many bodies carry the flipped byte (None: every one)
     token: str | None = None  # when set, requests without this token answer 401
     redirect_to: str | None = None  # base URL: the SDK download URL answers 302 to a signed URL there, like the hub
-    trickle_every_s: float | None = None  # hostile: bodies go out one byte per this many seconds
+    trickle_every_s: float | None = None  # hostile: file bodies go out one byte per this many seconds
+    trickle_json_every_s: float | None = None  # hostile: the same for JSON answers (the listing)
     listed_sizes: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the size the listing claims
 
 
@@ -262,7 +263,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
-        if self.command != "HEAD":
+        every_s = self.scope.faults.trickle_json_every_s
+        if self.command != "HEAD" and every_s:
+            self.wfile.flush()
+            try:
+                for i in range(len(raw)):
+                    self.connection.sendall(raw[i : i + 1])
+                    time.sleep(every_s)
+            except OSError:
+                self.close_connection = True  # the client gave up, as it should
+        elif self.command != "HEAD":
             self.wfile.write(raw)
 
     def _error(self, status: int, code: int, message: str) -> None:

@@ -124,8 +124,10 @@ class ModelScope:
             raise TransientError(network_reason(e, self.host)) from e
         try:
             data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what)
-        finally:
-            r.release_conn()
+        except BaseException:
+            r.close()  # mid-body: the connection cannot carry another request
+            raise
+        r.release_conn()
         _raise_for_status(r.status, data, what=what, endpoint=self.endpoint)
         try:
             body = json.loads(data)

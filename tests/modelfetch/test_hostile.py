@@ -30,6 +30,14 @@ def test_a_trickling_server_fails_with_the_host_and_rate(hub: LocalScope, small_
     print(f"trickle: refused after {elapsed:.1f} s with a {TRICKLE_WINDOW_S} s window and 1 retry")
 
 
+def test_a_trickling_listing_fails_with_the_host_and_rate(hub: LocalScope, small_file, tmp_path: Path) -> None:
+    hub.faults.trickle_json_every_s = 0.2
+    p = fetch_cli("--repo", SMALL_REPO, "--file", SMALL_FILE, "--dest", str(tmp_path), "--endpoint", hub.url,
+                  "--retries", "1", "--rate-window", str(TRICKLE_WINDOW_S), timeout=60)  # fmt: skip
+    assert p.returncode == 1 and "ModelScope listing" in p.stderr, p.stderr
+    assert f"{hub.url.removeprefix('http://')} sent" in p.stderr and "below the minimum 65,536 B/s" in p.stderr
+
+
 def test_an_overstated_listing_size_leaves_no_reserved_partial(hub: LocalScope, small_file, tmp_path: Path) -> None:
     hub.faults.listed_sizes = {SMALL_FILE: 3 << 30}  # 3 GiB claimed for a 5 MiB file
     dest = tmp_path / "models"

@@ -71,3 +71,9 @@ node_modules/.installed: package.json package-lock.json
 
 clean:
 	rm -rf $(VENV) .venv-checkov node_modules cdk.out
+
+## rehearse: boot the real user data in a fake instance (systemd, its own Docker) against local stand-ins of
+## IMDS, AWS (moto), ECR and ModelScope; builds the x86-64 image as test-images does (opt-in: root and Docker)
+.PHONY: rehearse
+rehearse: $(STAMP) image-sources
+	QWEN36_REHEARSAL=1 $(PY) -m pytest tests/rehearsal

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import ssl
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ class Call:
     service: str
     action: str
     params: dict[str, str] = field(default_factory=dict)
+    at: float = field(default_factory=time.time)
 
 
 class Recorder:
@@ -57,9 +59,11 @@ class Recorder:
             return _query_answer(start_response, action, _autoscaling_ns, _check_lifecycle_action(params))
         return self.app(environ, start_response)
 
-    def of(self, action: str) -> list[Call]:
+    def of(self, action: str, **params: str) -> list[Call]:
+        """Calls of an action (query-protocol name, JSON target suffix or "METHOD /path"), matching params."""
         with self._lock:
-            return [c for c in self.calls if c.action == action or c.action.endswith(f".{action}")]
+            calls = [c for c in self.calls if c.action == action or c.action.endswith(f".{action}")]
+        return [c for c in calls if all(c.params.get(k) == v for k, v in params.items())]
 
 
 _cloudformation_ns = "http://cloudformation.amazonaws.com/doc/2010-05-15/"

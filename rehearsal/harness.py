@@ -155,27 +155,35 @@ class FakeInstance:
         self.started_at = 0.0
 
     def start(self) -> None:
-        created = docker("container", "inspect", self.name, check=False).returncode == 0
-        self.started_at = time.time()
-        if created:
-            docker("start", self.name)
-        else:
+        """Start (first time: create) the instance. Its network namespace belongs to a holder container that
+        outlives stops, as an EC2 instance's network and metadata service exist before its OS boots."""
+        holder = f"{self.name}-net"
+        if docker("container", "inspect", holder, check=False).returncode != 0:
             docker(
-                "run", "-d", "--name", self.name, "--hostname", "ip-10-0-1-23", "--network", "none",
-                "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_PTRACE",
-                "--security-opt", "seccomp=unconfined", "--cgroupns=host",
-                "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
-                "-v", f"{self.volume}:/var/lib/docker", "--stop-signal", "SIGRTMIN+3",
-                "--add-host", f"{LOGS_HOST}:{AWS_ADDRESS}", "--add-host", f"{REGISTRY_HOST}:{REGISTRY_ADDRESS}",
-                self.world.instance_image,
+                "run", "-d", "--name", holder, "--hostname", "ip-10-0-1-23", "--network", "none",
+                "--cap-add", "NET_ADMIN", "--add-host", f"{LOGS_HOST}:{AWS_ADDRESS}",
+                "--add-host", f"{REGISTRY_HOST}:{REGISTRY_ADDRESS}", "--entrypoint", "sleep",
+                self.world.instance_image, "infinity",
             )  # fmt: skip
-        self._wire()
+            self._wire(holder)
+        self.started_at = time.time()
+        if docker("container", "inspect", self.name, check=False).returncode == 0:
+            docker("start", self.name)
+            return
+        docker(
+            "run", "-d", "--name", self.name, "--network", f"container:{holder}",
+            "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_PTRACE",
+            "--security-opt", "seccomp=unconfined", "--cgroupns=host",
+            "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+            "-v", f"{self.volume}:/var/lib/docker", "--stop-signal", "SIGRTMIN+3",
+            self.world.instance_image,
+        )  # fmt: skip
 
-    def _wire(self) -> None:
-        """Each start is a new network namespace: put the stand-ins at their addresses in it."""
-        pid = int(docker("inspect", "-f", "{{.State.Pid}}", self.name).stdout)
+    def _wire(self, holder: str) -> None:
+        """Put the stand-ins at their addresses in the instance's network namespace."""
+        pid = int(docker("inspect", "-f", "{{.State.Pid}}", holder).stdout)
         for address in (IMDS_ADDRESS, AWS_ADDRESS, REGISTRY_ADDRESS, MODELSCOPE_ADDRESS):
-            docker("exec", self.name, "ip", "addr", "add", f"{address}/32", "dev", "lo")
+            docker("exec", holder, "ip", "addr", "add", f"{address}/32", "dev", "lo")
         w = self.world
         for address, port, upstream in (
             (IMDS_ADDRESS, 80, self.imds.port),
@@ -188,16 +196,11 @@ class FakeInstance:
 
     def stop(self, timeout: int = 120) -> None:
         docker("stop", "-t", str(timeout), self.name, timeout=timeout + 30)
-        self._unwire()
-
-    def _unwire(self) -> None:
-        for forward in self._forwards:
-            forward.close()
-        self._forwards.clear()
 
     def remove(self) -> None:
-        self._unwire()
-        docker("rm", "-f", self.name, check=False, timeout=120)
+        for forward in self._forwards:
+            forward.close()
+        docker("rm", "-f", self.name, f"{self.name}-net", check=False, timeout=120)
         docker("volume", "rm", "-f", self.volume, check=False)
         self.imds.close()
 

@@ -1,0 +1,56 @@
+"""Fixtures for the boot rehearsal: the serving image the image tier builds, the stand-ins, the fake instances.
+
+Opt-in (`make rehearse`, or QWEN36_REHEARSAL=1): it needs root, a Docker engine (installed and started here when
+missing, as the image tier does) and about 5 minutes once the images exist.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+ENABLED = os.environ.get("QWEN36_REHEARSAL") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "rehearsal: boots the real user data in a fake instance (opt-in)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="the boot rehearsal is opt-in: make rehearse (QWEN36_REHEARSAL=1)")
+    for item in items:
+        if "rehearsal" in item.keywords and not ENABLED:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def serving_image() -> str:
+    """The x86-64 CPU image as the image tier builds it from the synthesized IntelMoeStack (reused when built)."""
+    from tests.images.engine import docker, ensure_engine
+
+    ensure_engine()
+    if os.environ.get("QWEN36_REHEARSAL_IMAGE"):  # an image already built from this checkout
+        return os.environ["QWEN36_REHEARSAL_IMAGE"]
+    from stacks.app import build_app
+    from tests.conftest import cdk_context
+    from tests.images.buildspec import build_inputs, run_buildspec
+
+    subprocess.run(
+        [str(ROOT / "scripts" / "stage-image-sources.sh")],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assembly = Path(build_app(cdk_context()).synth().directory)
+    inputs = build_inputs(assembly, "IntelMoeStack")
+    if docker("image", "inspect", inputs.image, check=False).returncode != 0:
+        work = Path(os.environ.get("TMPDIR", "/tmp")) / "qwen36-rehearsal-build"
+        work.mkdir(parents=True, exist_ok=True)
+        run_buildspec(inputs, work)
+    return inputs.image

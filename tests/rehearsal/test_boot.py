@@ -1,0 +1,254 @@
+"""An instance boot rehearsed end to end: the real rendered user data, run unmodified by systemd in a fake
+instance with its own Docker engine, pulling the image the image tier builds, against the stand-ins.
+
+One fake instance boots cold and is then killed into, stopped and started, and started as a stale release; a
+second boots from the S3 cache; two more fail on purpose (ECR login, the MTP refusal). Timings go to
+~/.cache/qwen36-serve/rehearsal/timings.json for docs/rehearsal.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+
+from catalog.server import Speculative
+from rehearsal.harness import GROUP, STACK, STATE, World
+from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, release_parameter_name
+
+pytestmark = [pytest.mark.rehearsal, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+STEPS = [
+    "container runtime and CloudWatch agent",
+    "server configuration",
+    "image ",
+    "model ",
+    "systemd unit qwen36-llama",
+    "readiness and metrics units",
+    "healthy; boot complete",
+]
+TIMINGS: dict[str, object] = {}
+
+
+@pytest.fixture(scope="module")
+def world(serving_image, gemma_gguf):
+    with World(serving_image, gemma_gguf) as w:
+        yield w
+    STATE.mkdir(parents=True, exist_ok=True)
+    (STATE / "timings.json").write_text(json.dumps(TIMINGS, indent=1))
+
+
+def _steps(instance) -> dict[str, float]:
+    return {t.step: round(t.at, 1) for t in instance.step_times()}
+
+
+def _health(instance) -> str:
+    return instance.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/health").stdout
+
+
+def _signals(world, instance, status: str | None = None):
+    params = {"UniqueId": instance.instance_id, **({"Status": status} if status else {})}
+    return world.aws.recorder.of("SignalResource", **params)
+
+
+def _lifecycle(world, instance, result: str | None = None):
+    params = {"InstanceId": instance.instance_id, **({"LifecycleActionResult": result} if result else {})}
+    return world.aws.recorder.of("CompleteLifecycleAction", **params)
+
+
+def _model_key(world) -> str:
+    listed = world.aws.client("s3").list_objects_v2(Bucket=world.boot.model_cache_url.split("/")[2])
+    keys = [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(world.profile.model.file)]
+    assert len(keys) == 1, listed
+    return keys[0]
+
+
+def _model_gets(world) -> int:
+    return len(
+        [c for c in world.aws.recorder.calls if c.action.startswith("GET /") and world.profile.model.file in c.action]
+    )
+
+
+@pytest.fixture(scope="module")
+def cold(world):
+    a = world.instance("i-0a00000000000c01d")
+    a.start()
+    TIMINGS["cold_result"] = a.wait_boot_done(timeout=900)
+    TIMINGS["cold_steps"] = _steps(a)
+    return a
+
+
+def test_boot_steps_log_in_order(cold):
+    assert TIMINGS["cold_result"] == "run-user-data: user data exited 0", cold.diagnostics()
+    lines = [
+        line.removeprefix("qwen36-boot: ") for line in cold.boot_log().splitlines() if line.startswith("qwen36-boot: ")
+    ]
+    assert len(lines) == len(STEPS), lines
+    for line, step in zip(lines, STEPS, strict=True):
+        assert line.startswith(step), lines
+    times = [t.at for t in cold.step_times()]
+    assert times == sorted(times)
+
+
+def test_model_fetched_verified_and_written_back_to_the_s3_cache(world, cold):
+    log = cold.boot_log()
+    assert "S3 cache miss" in log and "from http://169.254.100.3" in log, log  # then ModelScope
+    assert world.hub.stats.downloads(), "nothing was downloaded from the ModelScope stand-in"
+    model = world.profile.model
+    head = world.aws.client("s3").head_object(Bucket=world.boot.model_cache_url.split("/")[2], Key=_model_key(world))
+    assert head["ContentLength"] == model.size_bytes
+    on_disk = cold.sh(f"sha256sum /opt/qwen36/models/{model.local_name}").stdout.split()[0]
+    assert on_disk == model.sha256
+
+
+def test_llama_server_is_healthy_through_the_real_image(world, cold):
+    assert _health(cold) == "200"
+    image = cold.sh("docker inspect -f '{{.Config.Image}} {{.Config.User}}' llama").stdout.split()
+    assert image == [world.boot.image_uri, "10001"]
+    chat = cold.sh(
+        "curl -s -H 'Authorization: Bearer " + world.api_key + "' -H 'Content-Type: application/json' "
+        '-d \'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":8}\' '
+        "http://127.0.0.1:8080/v1/chat/completions",
+        timeout=120,
+    ).stdout
+    reply = json.loads(chat)
+    assert reply["usage"]["completion_tokens"] > 0, chat
+    denied = cold.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models").stdout
+    assert denied == "401"  # the key from Secrets Manager is the one the server holds
+
+
+def test_lifecycle_action_continue_and_stack_success_are_recorded(world, cold):
+    (action,) = _lifecycle(world, cold)
+    assert action.params["LifecycleActionResult"] == "CONTINUE"
+    assert action.params["AutoScalingGroupName"] == GROUP and action.params["LifecycleHookName"] == READY_HOOK
+    (signal,) = _signals(world, cold)
+    assert signal.params["Status"] == "SUCCESS"
+    assert signal.params["StackName"] == STACK and signal.params["LogicalResourceId"] == GROUP_LOGICAL_ID
+
+
+def test_metrics_reach_cloudwatch(world, cold):
+    cloudwatch = world.aws.client("cloudwatch")
+
+    def published():
+        metrics = cloudwatch.list_metrics(Namespace=world.boot.metrics_namespace)["Metrics"]
+        return [m for m in metrics if {"Name": "AutoScalingGroupName", "Value": GROUP} in m["Dimensions"]]
+
+    metrics = cold.wait(published, 150, "no metrics in CloudWatch", interval=5)
+    assert {m["MetricName"] for m in metrics}, metrics
+
+
+def test_boot_and_container_logs_reach_cloudwatch_logs(world, cold):
+    logs = world.aws.client("logs")
+
+    def boot_stream_done():
+        events = logs.get_log_events(logGroupName=world.boot.log_group, logStreamName=f"{cold.instance_id}/boot")
+        return any("healthy; boot complete" in e["message"] for e in events["events"])
+
+    cold.wait(boot_stream_done, 60, "the boot log did not reach CloudWatch Logs", interval=2)
+    streams = {s["logStreamName"] for s in logs.describe_log_streams(logGroupName=world.boot.log_group)["logStreams"]}
+    assert {"ip-10-0-1-23/fetch", "ip-10-0-1-23/llama-server"} <= streams, streams  # the awslogs driver
+    fetch = logs.get_log_events(logGroupName=world.boot.log_group, logStreamName="ip-10-0-1-23/fetch")["events"]
+    assert any("model ready" in e["message"] for e in fetch), fetch
+
+
+def test_killing_the_server_container_makes_systemd_restart_it(cold):
+    assert cold.sh("systemctl show -p NRestarts --value qwen36-llama").stdout.strip() == "0"
+    killed = time.monotonic()
+    cold.sh("docker kill llama", check=True)
+    cold.wait(lambda: cold.sh("systemctl show -p NRestarts --value qwen36-llama").stdout.strip() == "1", 60,
+              "qwen36-llama was not restarted", interval=0.5)  # fmt: skip
+    cold.wait(lambda: _health(cold) == "200", 120, "not healthy after the restart", interval=0.5)
+    TIMINGS["restart_to_healthy_s"] = round(time.monotonic() - killed, 1)
+
+
+@pytest.fixture(scope="module")
+def warm(world, cold):
+    """Stop and start the instance (a warm-pool start): the user data must not run again."""
+    downloads, gets = len(world.hub.stats.downloads()), _model_gets(world)
+    cold.stop()
+    started = time.time()
+    cold.start()
+    cold.wait(lambda: len(_signals(world, cold, "SUCCESS")) == 2, 300, "no SUCCESS signal after the start")
+    TIMINGS["warm_start_to_signal_s"] = round(_signals(world, cold, "SUCCESS")[-1].at - started, 1)
+    return downloads, gets
+
+
+def test_stop_and_start_comes_back_healthy_without_user_data_or_fetching(world, cold, warm):
+    downloads, gets = warm
+    assert _health(cold) == "200"
+    assert "already ran" in cold.sh("journalctl -b -u run-user-data -o cat --no-pager").stdout
+    assert cold.boot_log().count("qwen36-boot: healthy; boot complete") == 1  # the script did not run again
+    assert len(world.hub.stats.downloads()) == downloads and _model_gets(world) == gets
+    assert [a.params["LifecycleActionResult"] for a in _lifecycle(world, cold)] == ["CONTINUE", "CONTINUE"]
+
+
+def test_warm_instance_of_an_older_release_abandons(world, cold, warm):
+    ssm = world.aws.client("ssm")
+    name = release_parameter_name(STACK)
+    ssm.put_parameter(Name=name, Value="rel-newer", Type="String", Overwrite=True)  # a rolling update happened
+    try:
+        cold.stop()
+        cold.start()
+        cold.wait(lambda: _lifecycle(world, cold, "ABANDON"), 120, "the stale instance did not abandon")
+        assert len(_signals(world, cold, "SUCCESS")) == 2  # no new SUCCESS for a stale release
+        out = cold.sh("journalctl -b -u qwen36-ready -o cat --no-pager").stdout
+        assert f"release {world.release} is stale" in out, out
+    finally:
+        cold.stop()
+        ssm.put_parameter(Name=name, Value=world.release, Type="String", Overwrite=True)
+
+
+def test_a_second_instance_reads_the_model_from_the_s3_cache(world, cold):
+    downloads, gets = len(world.hub.stats.downloads()), _model_gets(world)
+    b = world.instance("i-0b00000000000ca5e")
+    b.start()
+    result = b.wait_boot_done(timeout=900)
+    TIMINGS["cache_steps"] = _steps(b)
+    try:
+        assert result == "run-user-data: user data exited 0", b.diagnostics()
+        assert "fetching gemma-3-270m-q4_k_m.gguf from the S3 cache" in b.boot_log()
+        assert len(world.hub.stats.downloads()) == downloads, "the second instance went to ModelScope"
+        assert _model_gets(world) > gets
+        assert [s.params["Status"] for s in _signals(world, b)] == ["SUCCESS"]
+    finally:
+        b.stop()
+
+
+def test_a_failing_step_names_its_cause_in_the_boot_log_and_signals_failure(world):
+    broken = replace(world.boot, registry="nosuch.dkr.ecr.cn-northwest-1.amazonaws.com.cn")
+    c = world.instance("i-0c0000000000fa11d", world.user_data(boot=broken))
+    c.start()
+    try:
+        assert c.wait_boot_done(timeout=300) == "run-user-data: user data exited 1"
+        last = c.boot_log().strip().splitlines()[-1]
+        assert last == f"qwen36-boot: FAILED: ECR login to {broken.registry} failed", c.boot_log()
+        assert [s.params["Status"] for s in _signals(world, c)] == ["FAILURE"]
+        assert not _lifecycle(world, c)
+    finally:
+        c.stop()
+
+
+def test_the_refusal_exit_does_not_restart_loop_and_signals_failure_with_its_cause(world, cold):
+    """MTP on a file without MTP layers: the launcher refuses (exit 78), systemd does not restart it."""
+    profile = world.profile
+    claims_mtp = replace(profile.model, has_mtp_layers=True)  # the catalog is wrong about the file
+    mtp = replace(profile, model=claims_mtp, server=replace(profile.server, parallel=1, speculative=Speculative()))
+    d = world.instance("i-0d000000000078ef0", world.user_data(profile=mtp))
+    started = time.time()
+    d.start()
+    try:
+        assert d.wait_boot_done(timeout=600) == "run-user-data: user data exited 1", d.diagnostics()
+        failed_after = _signals(world, d, "FAILURE")[0].at - started
+        TIMINGS["refusal_to_failure_signal_s"] = round(failed_after, 1)
+        last = d.boot_log().strip().splitlines()[-1]
+        assert last.startswith("qwen36-boot: FAILED: llama-server not healthy: launcher: refusing to start:"), last
+        assert "has no MTP layers" in last
+        time.sleep(12)  # two RestartSec periods: a restart loop would show here
+        show = d.sh("systemctl show -p NRestarts -p ExecMainStatus -p ActiveState qwen36-llama").stdout.split()
+        assert sorted(show) == ["ActiveState=failed", "ExecMainStatus=78", "NRestarts=0"], show
+        assert {s.params["Status"] for s in _signals(world, d)} == {"FAILURE"}
+        assert not _lifecycle(world, d, "CONTINUE")
+    finally:
+        d.stop()

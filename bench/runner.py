@@ -16,6 +16,7 @@ Definitions (also in docs/benchmark.md):
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -107,11 +108,27 @@ def _timing_fields(wall: float, completion: int, timings: dict[str, Any]) -> dic
 
 
 def single_request(client: Any, model: str, max_tokens: int) -> dict[str, Any]:
+    from openai.types.chat import ChatCompletion
+
+    deadline = request_deadline(client)
     start = time.perf_counter()
-    resp = client.chat.completions.create(**request_body(model=model, max_tokens=max_tokens))
+    # The body is read here, not by the client, so that --timeout bounds the whole answer, not each read.
+    with client.chat.completions.with_streaming_response.create(
+        **request_body(model=model, max_tokens=max_tokens)
+    ) as raw:
+        body = bytearray()
+        for block in raw.iter_bytes():
+            body += block
+            if deadline is not None and time.perf_counter() - start > deadline:
+                raise TimeoutError(f"{_host(client)} was still sending after the {deadline:g} s request deadline")
     wall = time.perf_counter() - start
-    if not isinstance(getattr(resp, "choices", None), list):
-        raise InvalidResponse(f"not a chat completion: {str(resp)[:120]!r}")
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list):
+        raise InvalidResponse(f"not a chat completion: {bytes(body[:120])!r}")
+    resp = ChatCompletion.construct(**doc)  # lenient, like the client: validity is judged by invalid_reason
     timings = _extra(resp).get("timings") or {}
     completion = resp.usage.completion_tokens if resp.usage else int(timings.get("predicted_n", 0))
     return {
@@ -132,9 +149,7 @@ def streaming_request(client: Any, model: str, max_tokens: int) -> dict[str, Any
         now = time.perf_counter()
         if deadline is not None and now - start > deadline:
             stream.close()
-            host = getattr(getattr(client, "base_url", None), "netloc", b"")
-            host = host.decode() if isinstance(host, bytes) else str(host)
-            raise TimeoutError(f"{host} was still streaming after the {deadline:g} s request deadline (--timeout)")
+            raise TimeoutError(f"{_host(client)} was still streaming after the {deadline:g} s request deadline")
         timings = _extra(chunk).get("timings") or timings
         usage = chunk.usage or usage
         for choice in chunk.choices:
@@ -162,6 +177,11 @@ def request_deadline(client: Any) -> float | None:
         return float(timeout)
     read = getattr(timeout, "read", None)
     return float(read) if isinstance(read, int | float) else None
+
+
+def _host(client: Any) -> str:
+    netloc = getattr(getattr(client, "base_url", None), "netloc", b"")
+    return netloc.decode() if isinstance(netloc, bytes) else str(netloc)
 
 
 def _describe(row: dict[str, Any]) -> str:

@@ -31,7 +31,8 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, An
 
 class HostileServer:
     """`script` lists what each chat request gets, in order (the last one repeats):
-    ok | zero-tokens | html | cut-stream | 500 | no-finish | slow-stream (a token every 0.5 s for 10 s).
+    ok | zero-tokens | html | cut-stream | 500 | no-finish | slow-stream (a token every 0.5 s for 10 s) |
+    slow-body (the JSON answer a byte every 0.05 s, about 30 s).
     `models` is the raw /v1/models body."""
 
     def __init__(self, script: list[str], models: bytes | None = None) -> None:
@@ -72,7 +73,7 @@ class HostileServer:
                     return self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
                 if not stream:
                     doc = completion(0 if what == "zero-tokens" else 5, None if what == "no-finish" else "stop")
-                    return self._send(200, json.dumps(doc).encode(), "application/json")
+                    return self._send(200, json.dumps(doc).encode(), "application/json", slow=what == "slow-body")
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -93,12 +94,18 @@ class HostileServer:
                 self.wfile.flush()
                 self.close_connection = True
 
-            def _send(self, status: int, data: bytes, ctype: str) -> None:
+            def _send(self, status: int, data: bytes, ctype: str, slow: bool = False) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if not slow:
+                    return self.wfile.write(data)
+                self.wfile.flush()
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.05)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

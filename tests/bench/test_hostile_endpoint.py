@@ -50,17 +50,18 @@ def test_streams_cut_before_their_end_are_not_measurements(tmp_path: Path) -> No
     assert all("cut short" in r["error"] or "did not finish" in r["error"] for r in doc["runs"] if not r["warmup"])
 
 
-def test_a_stream_past_its_deadline_is_cut_off(tmp_path: Path) -> None:
-    """Tokens every 0.5 s never trip a 2 s read timeout; the request's deadline does."""
+@pytest.mark.parametrize(("script", "mode"), [("slow-stream", ("--concurrency", "1")), ("slow-body", ())])
+def test_an_answer_past_its_deadline_is_cut_off(script: str, mode: tuple[str, ...], tmp_path: Path) -> None:
+    """A token every 0.5 s, or a JSON byte every 0.05 s, never trips a 2 s read timeout; the request's deadline does."""
     out = tmp_path / "r.json"
     started = time.monotonic()
-    with HostileServer(["slow-stream"]) as server:
-        p = run(server.url, out, "--concurrency", "1", "--repetitions", "1", "--warmup", "0", "--timeout", "2")
+    with HostileServer([script]) as server:
+        p = run(server.url, out, *mode, "--repetitions", "1", "--warmup", "0", "--timeout", "2")
     elapsed = time.monotonic() - started
     assert p.returncode == 1, p.stderr
     [row] = json.loads(out.read_text())["runs"]
-    assert "still streaming after the 2 s request deadline" in row["error"] and server.url[7:] in row["error"]
-    assert elapsed < 9, f"took {elapsed:.1f} s: the 10 s stream ran to its end"
+    assert "after the 2 s request deadline" in row["error"] and server.url[7:] in row["error"]
+    assert elapsed < 9, f"took {elapsed:.1f} s: the answer ran to its end"
 
 
 def test_a_500_mid_run_keeps_what_finished_and_the_rerun_resumes(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ THROTTLE_BPS = 200 * 1024 * 1024  # the endless body's pace: fast, but not enoug
 
 
 class RawServer:
-    """Accepts connections and answers each with `mode`: truncated | not-http | endless."""
+    """Accepts connections and answers each with `mode`: truncated | not-http | trickle | endless."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -47,6 +47,11 @@ class RawServer:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n# TYPE llamacpp:requests_processing")
                 elif self.mode == "not-http":
                     conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                elif self.mode == "trickle":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")
+                    while not self.stop.is_set():  # a byte every 0.2 s: never idle long enough for a read timeout
+                        conn.sendall(b"#")
+                        time.sleep(0.2)
                 else:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
                     line = b"llamacpp:requests_processing 1\n" * 32768  # 1 MiB
@@ -77,7 +82,12 @@ def _rss_mib(pid: int) -> float:
 
 @pytest.mark.parametrize(
     ("raw_server", "reason"),
-    [("truncated", "body cut short"), ("not-http", "broken HTTP answer"), ("endless", "larger than 4 MiB")],
+    [
+        ("truncated", "body cut short"),
+        ("not-http", "broken HTTP answer"),
+        ("trickle", "too slow for the 3 s deadline"),
+        ("endless", "larger than 4 MiB"),
+    ],
     indirect=["raw_server"],
 )
 def test_the_loop_survives_a_broken_metrics_endpoint(raw_server: RawServer, reason: str) -> None:

@@ -37,6 +37,7 @@ class Recorder:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.calls: list[Call] = []
+        self.outages: dict[str, float] = {}  # action -> time.time() until which it answers 500, as AWS can
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -53,6 +54,11 @@ class Recorder:
         service = _service(environ)
         with self._lock:
             self.calls.append(Call(service, action, params))
+            outage = any(action.endswith(a) and until > time.time() for a, until in self.outages.items())
+        if outage:
+            body = b'{"__type": "InternalServiceError", "message": "rehearsed outage"}'
+            start_response("500 Internal Server Error", [("Content-Type", "application/x-amz-json-1.1")])
+            return [body]
         if action == "SignalResource":
             return _query_answer(start_response, "SignalResource", _cloudformation_ns, None)
         if action == "CompleteLifecycleAction":

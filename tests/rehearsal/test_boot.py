@@ -200,6 +200,23 @@ def test_warm_instance_of_an_older_release_abandons(world, cold, warm):
         ssm.put_parameter(Name=name, Value=world.release, Type="String", Overwrite=True)
 
 
+def test_a_transient_aws_error_at_start_still_ends_healthy_and_signalled(world, cold):
+    """Secrets Manager failing for the first seconds of a warm start: the server start is retried and the
+    readiness unit still waits for it, releases the hook and signals, instead of failing with its dependency."""
+    cold.stop()
+    successes = len(_signals(world, cold, "SUCCESS"))
+    world.aws.recorder.outages["GetSecretValue"] = time.time() + 20
+    try:
+        cold.start()
+        cold.wait(lambda: len(_signals(world, cold, "SUCCESS")) > successes, 180, "no SUCCESS after the outage")
+        restarts = int(cold.sh("systemctl show -p NRestarts --value qwen36-llama").stdout)
+        assert restarts >= 1  # the outage did fail a start
+        assert _health(cold) == "200"
+    finally:
+        world.aws.recorder.outages.clear()
+        cold.stop()
+
+
 def test_a_second_instance_reads_the_model_from_the_s3_cache(world, cold):
     downloads, gets = len(world.hub.stats.downloads()), _model_gets(world)
     b = world.instance("i-0b00000000000ca5e")

@@ -35,6 +35,8 @@ TIMINGS: dict[str, object] = {}
 @pytest.fixture(scope="module")
 def world(serving_image, gemma_gguf):
     with World(serving_image, gemma_gguf) as w:
+        TIMINGS["image_compressed_bytes"] = w.registry.compressed_bytes
+        TIMINGS["model_bytes"] = w.profile.model.size_bytes
         yield w
     STATE.mkdir(parents=True, exist_ok=True)
     (STATE / "timings.json").write_text(json.dumps(TIMINGS, indent=1))
@@ -77,6 +79,7 @@ def cold(world):
     a.start()
     TIMINGS["cold_result"] = a.wait_boot_done(timeout=900)
     TIMINGS["cold_steps"] = _steps(a)
+    TIMINGS["cold_fetch_log"] = [line for line in a.boot_log().splitlines() if " modelfetch " in line]
     return a
 
 
@@ -223,6 +226,7 @@ def test_a_second_instance_reads_the_model_from_the_s3_cache(world, cold):
     b.start()
     result = b.wait_boot_done(timeout=900)
     TIMINGS["cache_steps"] = _steps(b)
+    TIMINGS["cache_fetch_log"] = [line for line in b.boot_log().splitlines() if " modelfetch " in line]
     try:
         assert result == "run-user-data: user data exited 0", b.diagnostics()
         assert "fetching gemma-3-270m-q4_k_m.gguf from the S3 cache" in b.boot_log()

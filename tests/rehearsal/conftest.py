@@ -25,7 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="the boot rehearsal is opt-in: make rehearse (QWEN36_REHEARSAL=1)")
     for item in items:
-        if "rehearsal" in item.keywords and not ENABLED:
+        if item.get_closest_marker("rehearsal") and not ENABLED:
             item.add_marker(skip)
 
 

@@ -1,0 +1,81 @@
+"""The MTP path for real on CPU: a tiny random GGUF of the Qwen3.6 architecture with an MTP layer, made here by
+rehearsal/tiny_mtp.py, served through the launcher with the GPU profile's speculative flags (draft-mtp, 2 drafts,
+one slot) by the pinned llama-server; the answers carry drafted and accepted tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from catalog import PROFILES, local_profile
+from catalog.models import ModelArtifact
+from rehearsal.tiny_mtp import write
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def _profile(gguf: Path, port: int):
+    model = ModelArtifact(
+        name="qwen36-tiny-mtp",
+        repo="local/qwen36-tiny-mtp",
+        file=gguf.name,
+        size_bytes=gguf.stat().st_size,
+        sha256=hashlib.sha256(gguf.read_bytes()).hexdigest(),
+        gguf_architecture="qwen35",
+        has_mtp_layers=True,
+        total_params_b=0.0003,
+        active_params_b=0.0003,
+        kv_bytes_per_token=2 * 2 * 1 * 32 * 4,
+    )
+    local = local_profile(model=model, port=port)
+    gpu = PROFILES["gpu-mtp"].server  # its speculative settings and slot count, on CPU
+    server = replace(local.server, speculative=gpu.speculative, parallel=gpu.parallel)
+    return replace(local, name="local-gpu-mtp", server=server)
+
+
+def _chat(url: str, key: str) -> dict:
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 48, "temperature": 0}
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as r:
+        return json.load(r)
+
+
+@pytest.mark.parametrize("agree", [False, True], ids=["random-heads", "agreeing-heads"])
+def test_llama_server_drafts_with_the_mtp_layer_on_cpu(llama_server_binary, tmp_path, agree):
+    from launcher.process import free_port, start_server
+    from modelfetch.gguf import summarize
+
+    models = tmp_path / "models"
+    models.mkdir()
+    gguf = write(models / "qwen36-tiny-mtp.gguf", agree=agree)
+    summary = summarize(gguf)
+    assert (summary.architecture, summary.nextn_predict_layers) == ("qwen35", 1)
+    profile = _profile(gguf, free_port())
+    assert profile.mtp and profile.server.speculative.spec_type == "draft-mtp"
+    key = secrets.token_urlsafe(16)
+    server = start_server(profile, gguf.parent, binary=llama_server_binary, api_key=key, workdir=tmp_path)
+    try:
+        server.wait_healthy(timeout=60)
+        timings = _chat(server.url, key)["timings"]
+        assert timings["draft_n"] > 0, timings  # the MTP head drafted
+        if agree:
+            assert timings["draft_n_accepted"] == timings["draft_n"], timings
+        else:
+            assert 0 <= timings["draft_n_accepted"] <= timings["draft_n"], timings
+        request = urllib.request.Request(f"{server.url}/metrics", headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            metrics = dict(line.rsplit(" ", 1) for line in r.read().decode().splitlines() if line[:1] not in "#")
+        assert float(metrics["llamacpp:spec_decode_num_draft_tokens_total"]) == timings["draft_n"]
+        assert float(metrics["llamacpp:spec_decode_num_accepted_tokens_total"]) == timings["draft_n_accepted"]
+    finally:
+        server.stop()

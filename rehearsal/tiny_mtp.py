@@ -147,5 +147,36 @@ def write(path: Path, *, seed: int = 0, agree: bool = False) -> Path:
     return path
 
 
+def artifact(path: Path, repo: str = "local/qwen36-tiny-mtp"):  # noqa: ANN201 - a catalog.ModelArtifact
+    """The catalog entry for a file written by write(): pinned by its sha256, MTP layers present."""
+    import hashlib
+
+    from catalog.models import ModelArtifact
+
+    return ModelArtifact(
+        name="qwen36-tiny-mtp",
+        repo=repo,
+        file=path.name,
+        size_bytes=path.stat().st_size,
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        gguf_architecture=ARCH,
+        has_mtp_layers=True,
+        total_params_b=0.0003,
+        active_params_b=0.0003,
+        kv_bytes_per_token=2 * 2 * N_HEAD_KV * HEAD_DIM * 4,  # K+V, the two full-attention layers, f32
+    )
+
+
+def with_gpu_speculation(profile):  # noqa: ANN001, ANN201 - catalog.ServingProfile
+    """profile with the GPU profile's speculative settings and slot count (draft-mtp, 2 drafts, one slot)."""
+    from dataclasses import replace
+
+    from catalog import PROFILES
+
+    gpu = PROFILES["gpu-mtp"].server
+    server = replace(profile.server, speculative=gpu.speculative, parallel=gpu.parallel)
+    return replace(profile, name=f"{profile.name}-mtp", server=server)
+
+
 if __name__ == "__main__":
     print(write(Path(sys.argv[1]), agree="--agree" in sys.argv))

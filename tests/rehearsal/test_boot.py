@@ -16,6 +16,7 @@ import pytest
 
 from catalog.server import Speculative
 from rehearsal.harness import GROUP, STACK, STATE, World
+from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
 from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, release_parameter_name
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -273,3 +274,28 @@ def test_the_refusal_exit_does_not_restart_loop_and_signals_failure_with_its_cau
         assert not _lifecycle(world, d, "CONTINUE")
     finally:
         d.stop()
+
+
+def test_an_mtp_profile_boots_and_drafts_through_the_real_image(world, tmp_path_factory):
+    """The GPU profile's speculative settings on the tiny MTP GGUF, booted like any instance: the launcher in the
+    image accepts the file, llama-server drafts with the MTP head, the instance signals SUCCESS."""
+    path = write(tmp_path_factory.mktemp("mtp") / "qwen36-tiny-mtp.gguf", agree=True)
+    profile = with_gpu_speculation(replace(world.profile, model=artifact(path)))
+    world.hub.add_file(profile.model.repo, profile.model.file, path)
+    e = world.instance("i-0e0000000000d7a9f", world.user_data(profile=profile))
+    e.start()
+    try:
+        assert e.wait_boot_done(timeout=600) == "run-user-data: user data exited 0", e.diagnostics()
+        assert "--spec-type draft-mtp" in e.sh("journalctl -u qwen36-llama -o cat --no-pager").stdout
+        chat = e.sh(
+            "curl -s -H 'Authorization: Bearer " + world.api_key + "' -H 'Content-Type: application/json' "
+            '-d \'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":32}\' '
+            "http://127.0.0.1:8080/v1/chat/completions",
+            timeout=120,
+        ).stdout
+        timings = json.loads(chat)["timings"]
+        assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"], timings
+        TIMINGS["mtp_timings"] = timings
+        assert [s.params["Status"] for s in _signals(world, e)] == ["SUCCESS"]
+    finally:
+        e.stop()

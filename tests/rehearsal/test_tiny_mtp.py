@@ -4,39 +4,21 @@ one slot) by the pinned llama-server; the answers carry drafted and accepted tok
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from catalog import PROFILES, local_profile
-from catalog.models import ModelArtifact
-from rehearsal.tiny_mtp import write
+from catalog import local_profile
+from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 def _profile(gguf: Path, port: int):
-    model = ModelArtifact(
-        name="qwen36-tiny-mtp",
-        repo="local/qwen36-tiny-mtp",
-        file=gguf.name,
-        size_bytes=gguf.stat().st_size,
-        sha256=hashlib.sha256(gguf.read_bytes()).hexdigest(),
-        gguf_architecture="qwen35",
-        has_mtp_layers=True,
-        total_params_b=0.0003,
-        active_params_b=0.0003,
-        kv_bytes_per_token=2 * 2 * 1 * 32 * 4,
-    )
-    local = local_profile(model=model, port=port)
-    gpu = PROFILES["gpu-mtp"].server  # its speculative settings and slot count, on CPU
-    server = replace(local.server, speculative=gpu.speculative, parallel=gpu.parallel)
-    return replace(local, name="local-gpu-mtp", server=server)
+    return with_gpu_speculation(local_profile(model=artifact(gguf), port=port))
 
 
 def _chat(url: str, key: str) -> dict:

@@ -25,6 +25,9 @@ def instance_image() -> str:
     tag = f"{REPOSITORY}:{digest.hexdigest()[:16]}"
     if docker("image", "inspect", tag, check=False).returncode == 0:
         return tag
+    old = docker("images", "--format", "{{.Repository}}:{{.Tag}}", REPOSITORY).stdout.split()
+    if old:  # an earlier recipe's image; containers of a running rehearsal keep theirs
+        docker("rmi", *old, check=False)
     log = STATE / "build-instance.log"
     with log.open("w") as out:
         subprocess.run(

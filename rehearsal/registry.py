@@ -35,6 +35,9 @@ def export_image(image: str, directory: Path) -> tuple[bytes, dict[str, Path]]:
     image_id = docker("image", "inspect", "-f", "{{.Id}}", image).stdout.strip().removeprefix("sha256:")
     out = directory / image_id[:16]
     manifest_path = out / "manifest.json"
+    for stale in directory.glob("*") if directory.exists() else []:  # one export kept: the image now served
+        if stale != out:
+            shutil.rmtree(stale, ignore_errors=True)
     if not manifest_path.exists():
         out.mkdir(parents=True, exist_ok=True)
         saved = out / "image.tar"

@@ -29,6 +29,8 @@ class Call:
     action: str
     params: dict[str, str] = field(default_factory=dict)
     at: float = field(default_factory=time.time)
+    key: str = ""  # the access key id that signed it (the instance role's comes from IMDS)
+    path: str = ""
 
 
 class Recorder:
@@ -51,9 +53,9 @@ class Recorder:
             action = params.get("Action", action)
         if not action:
             action = f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"
-        service = _service(environ)
+        service, key = _signer(environ)
         with self._lock:
-            self.calls.append(Call(service, action, params))
+            self.calls.append(Call(service, action, params, key=key, path=environ.get("PATH_INFO", "")))
             outage = any(action.endswith(a) and until > time.time() for a, until in self.outages.items())
         if outage:
             body = b'{"__type": "InternalServiceError", "message": "rehearsed outage"}'
@@ -76,11 +78,27 @@ _cloudformation_ns = "http://cloudformation.amazonaws.com/doc/2010-05-15/"
 _autoscaling_ns = "http://autoscaling.amazonaws.com/doc/2011-01-01/"
 
 
-def _service(environ: dict[str, Any]) -> str:
+def _signer(environ: dict[str, Any]) -> tuple[str, str]:
+    """(service, access key id) from the SigV4 credential scope: Credential=AKID/date/region/service/aws4_request."""
     auth = environ.get("HTTP_AUTHORIZATION", "")
-    # Credential=AKID/date/region/service/aws4_request
     parts = auth.split("Credential=", 1)[-1].split(",", 1)[0].split("/")
-    return parts[3] if len(parts) > 3 else "?"
+    return (parts[3], parts[0]) if len(parts) > 3 else ("?", "")
+
+
+_IAM_PREFIX = {"monitoring": "cloudwatch"}
+
+
+def iam_action(call: Call) -> str:
+    """The IAM action a recorded call needs: query and JSON protocols by name, S3's REST calls by method."""
+    prefix = _IAM_PREFIX.get(call.service, call.service)
+    if call.service == "s3":
+        method, _, path = call.action.partition(" ")
+        if path.count("/") < 2:
+            return "s3:ListBucket"
+        return {"DELETE": "s3:AbortMultipartUpload", "PUT": "s3:PutObject", "POST": "s3:PutObject"}.get(
+            method, "s3:GetObject"
+        )
+    return f"{prefix}:{call.action.rsplit('.', 1)[-1]}"
 
 
 def _check_lifecycle_action(params: dict[str, str]) -> str | None:

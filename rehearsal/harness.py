@@ -225,7 +225,14 @@ class FakeInstance:
         raise TimeoutError(f"{self.instance_id}: {what} within {timeout:.0f} s\n{self.diagnostics()}")
 
     def wait_boot_done(self, timeout: float = 900) -> str:
-        return self.wait(self.user_data_result, timeout, "the user data did not finish")
+        result = self.wait(self.user_data_result, timeout, "the user data did not finish")
+
+        def last_line_written() -> bool:  # the log goes through `tee` in a process substitution: it may lag
+            lines = self.boot_log().strip().splitlines()
+            return bool(lines) and ("qwen36-boot: healthy" in lines[-1] or "qwen36-boot: FAILED" in lines[-1])
+
+        self.wait(last_line_written, 15, "the boot log has no last step line", interval=0.2)
+        return result
 
     def step_times(self) -> list[Timing]:
         """Each `qwen36-boot:` line with its journal time, in seconds since this start."""

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+ROLE_ACCESS_KEY = "ASIAREHEARSAL0000001"  # every instance's role credentials: what the recorder sees them sign
+
 
 @dataclass
 class Instance:
@@ -32,7 +34,7 @@ class Instance:
             "Code": "Success",
             "LastUpdated": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "Type": "AWS-HMAC",
-            "AccessKeyId": "ASIAREHEARSAL0000001",
+            "AccessKeyId": ROLE_ACCESS_KEY,
             "SecretAccessKey": "rehearsal-secret-key",  # moto accepts any signature
             "Token": "rehearsal-session-token",
             "Expiration": (now + datetime.timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ"),

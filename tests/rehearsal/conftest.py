@@ -29,17 +29,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def serving_image() -> str:
-    """The x86-64 CPU image as the image tier builds it from the synthesized IntelMoeStack (reused when built)."""
-    from tests.images.engine import docker, ensure_engine
-
-    ensure_engine()
-    if os.environ.get("QWEN36_REHEARSAL_IMAGE"):  # an image already built from this checkout
-        return os.environ["QWEN36_REHEARSAL_IMAGE"]
+def _stage_and_synth() -> Path:
     from stacks.app import build_app
     from tests.conftest import cdk_context
-    from tests.images.buildspec import build_inputs, run_buildspec
 
     subprocess.run(
         [str(ROOT / "scripts" / "stage-image-sources.sh")],
@@ -47,7 +39,48 @@ def serving_image() -> str:
         capture_output=True,
         env={**os.environ, "PYTHON": sys.executable},
     )
-    assembly = Path(build_app(cdk_context()).synth().directory)
+    return Path(build_app(cdk_context()).synth().directory)
+
+
+@pytest.fixture(scope="session")
+def assembly() -> Path:
+    """The cloud assembly `cdk synth` writes for this checkout."""
+    return _stage_and_synth()
+
+
+@pytest.fixture(scope="session")
+def instance_role_actions(assembly: Path) -> set[str]:
+    """The IAM actions IntelMoeStack's instance role is granted by its own policies (managed policies aside)."""
+    import json
+
+    resources = json.loads((assembly / "IntelMoeStack.template.json").read_text())["Resources"]
+    (role,) = [
+        name
+        for name, r in resources.items()
+        if r["Type"] == "AWS::IAM::Role"
+        and r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0].get("Principal", {}).get("Service")
+        == "ec2.amazonaws.com"
+    ]
+    actions: set[str] = set()
+    for r in resources.values():
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]:
+            for statement in r["Properties"]["PolicyDocument"]["Statement"]:
+                if statement["Effect"] == "Allow":
+                    action = statement["Action"]
+                    actions.update([action] if isinstance(action, str) else action)
+    return actions
+
+
+@pytest.fixture(scope="session")
+def serving_image(assembly: Path) -> str:
+    """The x86-64 CPU image as the image tier builds it from the synthesized IntelMoeStack (reused when built)."""
+    from tests.images.engine import docker, ensure_engine
+
+    ensure_engine()
+    if os.environ.get("QWEN36_REHEARSAL_IMAGE"):  # an image already built from this checkout
+        return os.environ["QWEN36_REHEARSAL_IMAGE"]
+    from tests.images.buildspec import build_inputs, run_buildspec
+
     inputs = build_inputs(assembly, "IntelMoeStack")
     if docker("image", "inspect", inputs.image, check=False).returncode != 0:
         work = Path(os.environ.get("TMPDIR", "/tmp")) / "qwen36-rehearsal-build"

@@ -15,7 +15,9 @@ from dataclasses import replace
 import pytest
 
 from catalog.server import Speculative
+from rehearsal.aws import iam_action
 from rehearsal.harness import GROUP, STACK, STATE, World
+from rehearsal.imds import ROLE_ACCESS_KEY
 from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
 from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, release_parameter_name
 
@@ -299,3 +301,17 @@ def test_an_mtp_profile_boots_and_drafts_through_the_real_image(world, tmp_path_
         assert [s.params["Status"] for s in _signals(world, e)] == ["SUCCESS"]
     finally:
         e.stop()
+
+
+def test_every_call_the_instances_made_is_granted_to_the_instance_role(world, cold, instance_role_actions):
+    """moto enforces no IAM: hold every call signed with the instance role's credentials (and each image pull)
+    against the actions the synthesized IntelMoeStack grants its instance role. Actions only, not resources."""
+    calls = [c for c in world.aws.recorder.calls if c.key == ROLE_ACCESS_KEY]
+    needed = {iam_action(c) for c in calls}
+    if world.registry.pulled:
+        needed |= {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}
+    expected = {"s3:GetObject", "s3:PutObject", "secretsmanager:GetSecretValue", "cloudformation:SignalResource",
+                "autoscaling:CompleteLifecycleAction", "cloudwatch:PutMetricData", "logs:PutLogEvents"}  # fmt: skip
+    assert expected <= needed, needed  # the recorder saw the instances' own calls
+    TIMINGS["instance_role_actions_used"] = sorted(needed)
+    assert needed <= instance_role_actions, f"not granted: {sorted(needed - instance_role_actions)}"

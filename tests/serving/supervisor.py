@@ -1,32 +1,28 @@
 """A small supervisor with the restart rules of the instance's systemd unit, for machines without systemd.
 
 Equivalent of:
-    Restart=on-failure
+    Restart=always
     RestartSec=5
     RestartPreventExitStatus=78     (the launcher's refusal: a wrong model will not fix itself)
 
-systemd's on-failure restarts when the main process exits with a non-zero code, or dies from a signal other
-than SIGHUP, SIGINT, SIGTERM or SIGPIPE (those count as a clean stop). Start-rate limiting
-(StartLimitBurst=5 in 10 s) never triggers with RestartSec=5, so it is left out.
+systemd's always restarts after any exit of the main process, clean or not (llama-server exits 0 on SIGTERM),
+unless the unit is being stopped or the exit status is listed in RestartPreventExitStatus, which applies
+"regardless of the restart setting" (systemd.service(5)). Start-rate limiting (StartLimitBurst=5 in 10 s)
+never triggers with RestartSec=5, so it is left out.
 """
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-CLEAN_SIGNALS = frozenset({signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE})
-
 
 def restart_wanted(returncode: int, prevent_exit_status: frozenset[int]) -> bool:
-    """Restart=on-failure: would systemd start the service again after this exit?"""
-    if returncode == 0 or returncode in prevent_exit_status:
-        return False
-    return not (returncode < 0 and signal.Signals(-returncode) in CLEAN_SIGNALS)
+    """Restart=always: would systemd start the service again after this exit (not a `systemctl stop`)?"""
+    return returncode not in prevent_exit_status
 
 
 @dataclass

@@ -16,10 +16,10 @@ from .supervisor import Supervisor, restart_wanted
 
 @pytest.mark.parametrize(
     ("code", "restart"),
-    [(0, False), (1, True), (137, True), (-signal.SIGKILL, True), (-signal.SIGSEGV, True),
-     (-signal.SIGTERM, False), (-signal.SIGINT, False), (78, False)],
+    [(0, True), (1, True), (137, True), (-signal.SIGKILL, True), (-signal.SIGSEGV, True),
+     (-signal.SIGTERM, True), (-signal.SIGINT, True), (78, False)],
 )  # fmt: skip
-def test_restart_rules_match_systemd_on_failure(code, restart):
+def test_restart_rules_match_systemd_always(code, restart):
     assert restart_wanted(code, frozenset({78})) is restart
 
 

@@ -62,7 +62,7 @@ def test_api_key_is_read_at_start_never_embedded():
     text = render_user_data(PROFILES["graviton-moe"], BOOT)
     assert "ExecStartPre=/usr/local/bin/qwen36-api-key" in text
     assert "--env-file /run/qwen36/api.env" in text
-    assert "Restart=on-failure" in text
+    assert "Restart=always" in text  # llama-server exits 0 on SIGTERM: on-failure would leave it down
     assert f"RestartPreventExitStatus={EX_CONFIG}" in text  # the launcher's refusal: retrying won't fix it
 
 

@@ -71,6 +71,11 @@ rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/var/cache/dnf
   "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/var/log/*
 find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'C.*' -exec rm -rf {} + 2>/dev/null || true
 
-platform="linux/$arch"
-tar -C "$root" --numeric-owner -c . | docker import --platform "$platform" - "$tag" >&2
+# Loaded through a FROM scratch build rather than `docker import`, which records the builder's architecture
+# (its --platform needs an experimental daemon): the image must say arm64 for an arm64 build to use it.
+ctx="$(mktemp -d "${TMPDIR:-/tmp}/rootfs-image.XXXXXX")"
+trap 'rm -rf "$root" "$ctx"' EXIT
+tar -C "$root" --numeric-owner -cf "$ctx/rootfs.tar" .
+printf 'FROM scratch\nADD rootfs.tar /\n' >"$ctx/Dockerfile"
+DOCKER_BUILDKIT=0 docker build --quiet --network none --platform "linux/$arch" -t "$tag" "$ctx" >&2
 echo "$tag"

@@ -71,6 +71,9 @@ enable_emulation() {
   local host
   host=$(uname -m)
   [[ "$arch" == arm64 && "$host" != aarch64 ]] || return 0
+  # BuildKit (Docker 20.10 here) looks a foreign-platform FROM up in a registry, never in the local store where
+  # the bootstrapped roots are: the classic builder uses local images.
+  export DOCKER_BUILDKIT=0
   [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] && return 0
   local qemu="$SOURCES_DIR/qemu/qemu-aarch64-static"
   [[ -x "$qemu" ]] || qemu=$(command -v qemu-aarch64-static) || {

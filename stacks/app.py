@@ -46,6 +46,7 @@ def build_app(context: dict[str, Any] | None = None, *, config_file: Path = DEPL
             availability_zones=list(zones),
             certificate_arn=options.certificate_arn,
             image_build_args=options.image_build_args,
+            arm64_builder=options.arm64_builder,
             env=cdk.Environment(account=options.account, region=options.region),
         )
     return app

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import ProfileError
+from catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER
 
 DEPLOY_CONFIG = Path(__file__).resolve().parent.parent / "deploy.toml"
 
@@ -39,6 +40,7 @@ OPTION_NAMES = (
     "offHours",
     "warmPool",
     "imageBuildArgs",
+    "arm64Builder",
 )
 
 
@@ -56,6 +58,7 @@ class DeployOptions:
     off_hours: tuple[int, int] | None = None  # (stop, start) hours, weekdays, Asia/Shanghai: scale to zero
     warm_pool: int | None = None  # stopped instances that hold the verified model; 0: none; None: the profile's
     image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
+    arm64_builder: str = DEFAULT_ARM64_BUILDER  # "emulated": x86 CodeBuild under QEMU; "native": ARM_CONTAINER
 
 
 def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> DeployOptions:
@@ -74,6 +77,7 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             off_hours=_off_hours(raw.get("offHours")),
             warm_pool=_count(raw["warmPool"], "warmPool") if "warmPool" in raw else None,
             image_build_args=_build_args(raw.get("imageBuildArgs")),
+            arm64_builder=_choice(raw.get("arm64Builder", DEFAULT_ARM64_BUILDER), "arm64Builder", ARM64_BUILDERS),
         )
     except _Bad as bad:
         raise DeployOptionError(f"{bad.option} (from {where.get(bad.option, 'default')}): {bad}") from None
@@ -111,6 +115,13 @@ def _account(value: Any) -> str | None:
     text = str(value).strip()
     if not re.fullmatch(r"\d{12}", text):
         raise _Bad("account", f"{text!r} is not a 12-digit AWS account id; leave it empty to use the credentials'")
+    return text
+
+
+def _choice(value: Any, option: str, choices: tuple[str, ...] | frozenset[str]) -> str:
+    text = str(value).strip()
+    if text not in choices:
+        raise _Bad(option, f"{text!r}: use one of {', '.join(sorted(choices))}")
     return text
 
 

@@ -24,6 +24,7 @@ DOCUMENTED = {
     "iam-certificate": {"certificateArn": IAM_CERT},
     "build-args": {"imageBuildArgs": "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"},
     "no-warm-pool": {"warmPool": "0"},
+    "native-arm64-builder": {"arm64Builder": "native"},
     "beijing": {"region": "cn-north-1"},
     "cost-saver": {"spot": "true", "offHours": "20-8"},
     "locked-down": {"allowedCidrs": "10.8.0.0/16", "certificateArn": CERT, "offHours": "20-8"},

@@ -15,6 +15,7 @@ from aws_cdk.assertions import Template
 
 from catalog import PROFILES, profile_by_stack
 from stacks.app import build_app
+from stacks.image_build import default_sources_dir
 from stacks.options import DEPLOY_CONFIG, DeployOptionError, DeployOptions, load_options
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import CERT, IAM_CERT, STACK_NAMES
@@ -23,7 +24,14 @@ from tests.stacks.conftest import CERT, IAM_CERT, STACK_NAMES
 def _cli_env(tmp_path: Path) -> dict[str, str]:
     """The CLI as a user without credentials runs it: no AWS variables, an empty home."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return {**env, "HOME": str(tmp_path), "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1"}
+    # The staged image sources stay where `make image-sources` put them (under the real home's cache).
+    cache = str(default_sources_dir().parent)
+    return {
+        **env,
+        "HOME": str(tmp_path),
+        "LLAMA_SERVER_CACHE": cache,
+        "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+    }
 
 
 def test_every_documented_option_synthesizes_cfn_lint_clean(synthesized):
@@ -94,6 +102,7 @@ def test_iam_server_certificate_gives_https(synthesized):
         ("imageBuildArgs", "PIP_INDEX_URL=https://x --network=host", "no spaces"),
         ("imageBuildArgs", "1BAD=x", "not a build-arg name"),
         ("account", "12345", "12-digit"),
+        ("arm64Builder", "fast", "use one of emulated, native"),
     ],
 )
 def test_bad_option_fails_at_synth_with_what_to_change(option, value, says, tmp_path):

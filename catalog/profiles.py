@@ -12,7 +12,7 @@ from typing import Any
 from catalog.errors import ProfileError
 from catalog.fleet import FleetSettings
 from catalog.hardware import GIB, HARDWARE, Architecture, Hardware
-from catalog.images import IMAGE_TARGETS, ImageTarget
+from catalog.images import IMAGE_INDEPENDENT_FIELDS, IMAGE_TARGETS, ImageTarget
 from catalog.models import GEMMA3_270M, MODELS, QWEN36_27B_MTP, QWEN36_35B_A3B, ModelArtifact
 from catalog.server import ALL_LAYERS, ServerSettings, Speculative
 
@@ -101,6 +101,10 @@ class ServingProfile:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, default=str)
 
+    def runtime_json(self) -> str:
+        """What an instance is given: the profile without prices and descriptions, so editing those rolls no fleet."""
+        return json.dumps(_without(asdict(self), IMAGE_INDEPENDENT_FIELDS), sort_keys=True, default=str)
+
     @classmethod
     def from_json(cls, text: str) -> ServingProfile:
         d = json.loads(text)
@@ -119,8 +123,14 @@ class ServingProfile:
             server=ServerSettings(**srv),
             image=ImageTarget(**img),
             fleet=_fleet_from_json(d["fleet"]),
-            description=d["description"],
+            description=d.get("description", ""),
         )
+
+
+def _without(doc: Any, fields: frozenset[str]) -> Any:
+    if isinstance(doc, dict):
+        return {k: _without(v, fields) for k, v in doc.items() if k not in fields}
+    return doc
 
 
 def _fleet_from_json(d: dict[str, Any]) -> FleetSettings:

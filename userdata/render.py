@@ -46,7 +46,7 @@ class BootSettings:
 def release_id(profile: ServingProfile, image_tag: str) -> str:
     """What an instance runs: the profile, the image and this boot script. Tokens stay out, so it is stable."""
     template = (Path(__file__).parent / "templates" / "boot.sh.j2").read_bytes()
-    digest = hashlib.sha256(profile.to_json().encode() + b"\0" + image_tag.encode() + b"\0" + template)
+    digest = hashlib.sha256(profile.runtime_json().encode() + b"\0" + image_tag.encode() + b"\0" + template)
     return digest.hexdigest()[:16]
 
 
@@ -54,7 +54,7 @@ def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:
     text = _ENV.get_template("boot.sh.j2").render(
         p=profile,
         boot=boot,
-        profile_json_b64=base64.b64encode(profile.to_json().encode()).decode(),
+        profile_json_b64=base64.b64encode(profile.runtime_json().encode()).decode(),
         gpu=profile.hardware.has_gpu,
         container_uid=CONTAINER_UID,
         model_dir=MODEL_DIR,

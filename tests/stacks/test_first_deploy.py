@@ -115,3 +115,18 @@ def test_readme_quota_table_matches_the_catalog():
         assert row, f"README has no quota row for {p.stack_name}"
         cells = [c.strip() for c in row.group(0).strip("|").split("|")]
         assert cells[2:5] == [str(plan["create"]), str(plan["update"]), str(plan["scale_out"])], cells
+
+
+def test_a_price_or_description_edit_changes_no_instance():
+    """The user data (so the launch template) and the release id ignore prices and descriptions."""
+    from dataclasses import replace as swap
+
+    from tests.userdata.test_boot_script import BOOT
+    from userdata import render_user_data
+
+    p = PROFILES["gpu-mtp"]
+    edited = swap(p, description="cheaper now", hardware=swap(p.hardware, ri_1yr_all_upfront_cny=1.0))
+    assert render_user_data(edited, BOOT) == render_user_data(p, BOOT)
+    assert release_id(edited, "cuda-0123456789abcdef") == release_id(p, "cuda-0123456789abcdef")
+    faster = p.with_server(ctx_per_slot=16384)
+    assert render_user_data(faster, BOOT) != render_user_data(p, BOOT)

@@ -52,7 +52,7 @@ def test_profile_is_written_once_and_mtp_only_on_gpu(name):
     text = render_user_data(profile, BOOT)
     (encoded,) = re.findall(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d', text)
     written = json.loads(base64.b64decode(encoded))
-    assert written == json.loads(profile.to_json())
+    assert written == json.loads(profile.runtime_json())
     assert (written["server"]["speculative"] is not None) == profile.hardware.has_gpu
     assert ("--gpus all" in text) == profile.hardware.has_gpu
     assert ("dnf install -y -q docker" in text) != profile.hardware.has_gpu  # the GPU AMI ships Docker

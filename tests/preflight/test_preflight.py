@@ -6,7 +6,6 @@ The account is botocore's Stubber on real boto3 clients: each call is validated 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import boto3
@@ -30,10 +29,11 @@ class Account:
 
     def __init__(self, plan) -> None:
         self.plan = plan
-        self.ami = {s.ami_parameter: (f"ami-{i:017x}", s.architecture, 8) for i, s in enumerate(plan.stacks)}
-        for s in plan.stacks:  # the planned volume minus headroom: the snapshot the catalog expects
-            image_id, arch, _ = self.ami[s.ami_parameter]
-            self.ami[s.ami_parameter] = (image_id, arch, s.root_volume_gib - 40)
+        # Each AMI's root snapshot 40 GiB under the planned volume: what the catalog expects.
+        self.ami = {
+            s.ami_parameter: (f"ami-{i:017x}", s.architecture, s.root_volume_gib - 40)
+            for i, s in enumerate(plan.stacks)
+        }
         self.missing_parameters: set[str] = set()
         self.offered_zones = {s.instance_type: set(s.zones) | {"cn-northwest-1c"} for s in plan.stacks}
         self.quotas = {STANDARD_ON_DEMAND: 256.0, G_AND_VT_ON_DEMAND: 64.0}
@@ -283,4 +283,4 @@ def test_plan_reads_deploy_options(tmp_path):
     assert codes == {"IntelMoeStack": "L-34B43A08", "GpuMtpStack": G_AND_VT_ON_DEMAND}
     intel = spot.stacks[0]
     assert intel.vcpus["create"] == 16  # Spot: no warm pool, so one instance at create
-    assert copy.copy(intel.zones) == ("cn-northwest-1a", "cn-northwest-1b")
+    assert intel.zones == ("cn-northwest-1a", "cn-northwest-1b")

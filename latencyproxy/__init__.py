@@ -1,0 +1,12 @@
+"""A thin HTTP hop in front of llama-server that times each request and exports latency histograms.
+
+llama.cpp's /metrics has counters and gauges only. This hop passes every request through unchanged (SSE
+streams chunk by chunk, the API key untouched: llama-server checks it) and records per request the time to
+first token, the gaps between tokens, the queue wait, the decode speed and the draft acceptance, as Prometheus
+histograms appended to llama-server's own /metrics. Standard library only: it runs in the serving image.
+"""
+
+from latencyproxy.histogram import Histogram
+from latencyproxy.metrics import RequestMetrics
+
+__all__ = ["Histogram", "RequestMetrics"]

@@ -1,0 +1,5 @@
+import sys
+
+from latencyproxy.cli import main
+
+sys.exit(main())

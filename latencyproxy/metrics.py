@@ -1,0 +1,153 @@
+"""Per-request timing: what one request through the hop saw, and the histograms it feeds."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from latencyproxy import names
+from latencyproxy.histogram import Histogram, format_value
+
+HELP = {
+    names.TTFT: "Seconds from the request reaching the hop to its first generated token (streamed: first content "
+    "chunk sent; not streamed: derived from llama-server's timings)",
+    names.ITL: "Seconds between consecutive generated tokens (streamed: chunk gaps; not streamed: mean per token)",
+    names.QUEUE_WAIT: "Seconds a request spent outside prompt processing and decoding (waiting for a slot, "
+    "tokenizing, HTTP): request duration minus llama-server's prompt_ms and predicted_ms",
+    names.DECODE_TPS: "Generated tokens per second of decoding, per request (llama-server's predicted_per_second)",
+    names.DRAFT_ACCEPTANCE: "Accepted draft tokens / drafted tokens, per request with speculative decoding",
+    names.DURATION: "Seconds from the request reaching the hop to its last byte sent",
+}
+
+
+@dataclass
+class RequestRecord:
+    """One generation request as the hop saw it. Times are time.monotonic() seconds."""
+
+    started: float
+    stream: bool = False
+    status: int | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    timings: dict[str, Any] | None = None
+    finished: float | None = None
+    client_closed: bool = False
+
+    def token(self, at: float) -> None:
+        if self.first_token is None:
+            self.first_token = at
+        elif self.last_token is not None:
+            self.gaps.append(at - self.last_token)
+        self.last_token = at
+
+
+class SseTokenScanner:
+    """Reads an SSE byte stream as it passes (any chunking) and marks the time of each chunk carrying tokens."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.record = record
+        self._buffer = b""
+
+    def feed(self, data: bytes, at: float) -> None:
+        self._buffer += data
+        if b"\n" not in data:
+            return
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                self._event(line[5:].strip(), at)
+
+    def _event(self, payload: bytes, at: float) -> None:
+        if not payload or payload == b"[DONE]":
+            return
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if has_generated_text(event):
+            self.record.token(at)
+        timings = event.get("timings")
+        if isinstance(timings, dict):
+            self.record.timings = timings
+
+
+def has_generated_text(event: dict[str, Any]) -> bool:
+    """True for a chunk that carries generated text: chat delta content or reasoning, completion text."""
+    if isinstance(event.get("content"), str) and event["content"]:  # llama-server's native /completion
+        return True
+    choices = event.get("choices")
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and any(
+            isinstance(delta.get(k), str) and delta[k] for k in ("content", "reasoning_content")
+        ):
+            return True
+        if isinstance(delta, dict) and delta.get("tool_calls"):
+            return True
+        if isinstance(choice.get("text"), str) and choice["text"]:
+            return True
+    return False
+
+
+def _number(timings: dict[str, Any], key: str) -> float | None:
+    value = timings.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+class RequestMetrics:
+    """The hop's histograms and request counter; `observe` takes a finished RequestRecord."""
+
+    def __init__(self) -> None:
+        self.histograms = {name: Histogram(name, HELP[name], names.BUCKETS[name]) for name in names.HISTOGRAMS}
+        self._requests: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def observe(self, r: RequestRecord) -> None:
+        finished = r.finished if r.finished is not None else time.monotonic()
+        code = "client_closed" if r.client_closed else str(r.status or 0)
+        with self._lock:
+            self._requests[(code, "true" if r.stream else "false")] += 1
+        h = self.histograms
+        if r.client_closed or r.status != 200:
+            return
+        duration = finished - r.started
+        h[names.DURATION].observe(duration)
+        t = r.timings or {}
+        prompt_ms, predicted_ms = _number(t, "prompt_ms"), _number(t, "predicted_ms")
+        predicted_n = _number(t, "predicted_n")
+        if prompt_ms is not None and predicted_ms is not None:
+            h[names.QUEUE_WAIT].observe(max(0.0, duration - (prompt_ms + predicted_ms) / 1000))
+        if r.stream and r.first_token is not None:
+            h[names.TTFT].observe(r.first_token - r.started)
+            for gap in r.gaps:
+                h[names.ITL].observe(gap)
+        elif not r.stream and predicted_ms is not None and predicted_n:
+            per_token = predicted_ms / 1000 / predicted_n
+            h[names.TTFT].observe(max(0.0, duration - predicted_ms / 1000) + per_token)
+            if predicted_n > 1:
+                h[names.ITL].observe(per_token, int(predicted_n) - 1)
+        tps = _number(t, "predicted_per_second")
+        if tps is not None and predicted_n and predicted_n > 1:
+            h[names.DECODE_TPS].observe(tps)
+        drafted, accepted = _number(t, "draft_n"), _number(t, "draft_n_accepted")
+        if drafted and accepted is not None:
+            h[names.DRAFT_ACCEPTANCE].observe(min(accepted, drafted) / drafted)
+
+    def exposition(self) -> str:
+        parts = [h.exposition() for h in self.histograms.values()]
+        with self._lock:
+            requests = sorted(self._requests.items())
+        lines = [f"# HELP {names.REQUESTS} Generation requests through the hop", f"# TYPE {names.REQUESTS} counter"]
+        lines += [f'{names.REQUESTS}{{code="{c}",stream="{s}"}} {format_value(n)}' for (c, s), n in requests]
+        return "".join(parts) + "\n".join(lines) + "\n"

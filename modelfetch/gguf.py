@@ -48,10 +48,10 @@ class SkippedArray(NamedTuple):
 
 
 class _Reader:
-    def __init__(self, f: BinaryIO, endian: str) -> None:
+    def __init__(self, f: BinaryIO, endian: str, size: int) -> None:
         self.f = f
         self.e = endian
-        self.size = os.fstat(f.fileno()).st_size
+        self.size = size
         self.items = 0
 
     def left(self) -> int:
@@ -126,35 +126,40 @@ def read_metadata(path: str | Path, *, max_array: int = 1024) -> dict[str, Any]:
     Arrays longer than `max_array` items (vocabularies, merges) come back as `SkippedArray`.
     Also returns the header fields as `GGUF.version` and `GGUF.tensor_count`, like the gguf package does.
     """
-    try:
-        return _read_metadata(path, max_array)
-    except (struct.error, OverflowError, RecursionError, MemoryError) as e:  # belt and braces: one error type out
-        raise GGUFError(f"{path}: malformed GGUF header ({type(e).__name__})") from None
-
-
-def _read_metadata(path: str | Path, max_array: int) -> dict[str, Any]:
     with open(path, "rb", buffering=1 << 20) as f:
-        if f.read(4) != MAGIC:
-            raise GGUFError(f"{path} is not a GGUF file (bad magic)")
-        raw_version = f.read(4)
-        if len(raw_version) != 4:
-            raise GGUFError("truncated GGUF header")
-        endian = "<"
-        version = struct.unpack("<I", raw_version)[0]
-        if version & 0xFFFF == 0:  # a big-endian file read as little-endian
-            endian, version = ">", struct.unpack(">I", raw_version)[0]
-        if version not in (2, 3):
-            raise GGUFError(f"unsupported GGUF version {version}")
-        r = _Reader(f, endian)
-        tensor_count = r.scalar(UINT64)
-        kv_count = r.scalar(UINT64)
-        if kv_count > _MAX_KEYS:
-            raise GGUFError(f"implausible key count {kv_count:,}")
-        meta: dict[str, Any] = {"GGUF.version": version, "GGUF.tensor_count": tensor_count, "GGUF.kv_count": kv_count}
-        for _ in range(kv_count):
-            key = r.string()
-            meta[key] = r.value(r.scalar(UINT32), max_array)
-        return meta
+        return read_metadata_from(f, size=os.fstat(f.fileno()).st_size, max_array=max_array, label=str(path))
+
+
+def read_metadata_from(f: BinaryIO, *, size: int, max_array: int = 1024, label: str = "GGUF") -> dict[str, Any]:
+    """read_metadata over any seekable binary stream of `size` bytes (a local file, HTTP ranges)."""
+    try:
+        return _read_metadata(f, size, max_array, label)
+    except (struct.error, OverflowError, RecursionError, MemoryError) as e:  # belt and braces: one error type out
+        raise GGUFError(f"{label}: malformed GGUF header ({type(e).__name__})") from None
+
+
+def _read_metadata(f: BinaryIO, size: int, max_array: int, label: str) -> dict[str, Any]:
+    if f.read(4) != MAGIC:
+        raise GGUFError(f"{label} is not a GGUF file (bad magic)")
+    raw_version = f.read(4)
+    if len(raw_version) != 4:
+        raise GGUFError("truncated GGUF header")
+    endian = "<"
+    version = struct.unpack("<I", raw_version)[0]
+    if version & 0xFFFF == 0:  # a big-endian file read as little-endian
+        endian, version = ">", struct.unpack(">I", raw_version)[0]
+    if version not in (2, 3):
+        raise GGUFError(f"unsupported GGUF version {version}")
+    r = _Reader(f, endian, size)
+    tensor_count = r.scalar(UINT64)
+    kv_count = r.scalar(UINT64)
+    if kv_count > _MAX_KEYS:
+        raise GGUFError(f"implausible key count {kv_count:,}")
+    meta: dict[str, Any] = {"GGUF.version": version, "GGUF.tensor_count": tensor_count, "GGUF.kv_count": kv_count}
+    for _ in range(kv_count):
+        key = r.string()
+        meta[key] = r.value(r.scalar(UINT32), max_array)
+    return meta
 
 
 def architecture(meta: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ CHUNK = 1024 * 1024
 LISTING_MAX_BYTES = 64 * 1024 * 1024  # a repository listing is kilobytes; more is a broken or hostile server
 USER_AGENT = "modelfetch/1 (qwen36-llamacpp-aws-cn)"
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 
 # urllib3 logs every redirect at INFO with the full Location: ModelScope's are signed storage URLs.
 logging.getLogger("urllib3.poolmanager").setLevel(logging.WARNING)
@@ -50,6 +51,7 @@ class ListedFile:
     path: str
     size: int
     sha256: str | None
+    commit: str | None = None  # the listing's CommitId for this file (a 40-hex commit), when it gives one
 
 
 class ModelScope:
@@ -219,7 +221,9 @@ def parse_listing(body: Any, *, where: str) -> dict[str, ListedFile]:
             raise FetchError(f"{where}: {path!r} has no valid Size ({size!r})")
         if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
             raise FetchError(f"{where}: {path!r} has a malformed Sha256 ({str(sha)[:80]!r})")
-        out[path] = ListedFile(path=path, size=size, sha256=sha.lower() if sha else None)
+        commit = f.get("CommitId")
+        commit = commit.lower() if isinstance(commit, str) and _COMMIT.fullmatch(commit) else None
+        out[path] = ListedFile(path=path, size=size, sha256=sha.lower() if sha else None, commit=commit)
     return out
 
 

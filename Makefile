@@ -7,7 +7,7 @@ CHECKOV_STAMP := .venv-checkov/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # One cache outside the checkout for llama-server, the staged image sources and the image tier; exported so
 # that every synth (pytest, `npx cdk`, whatever HOME it is given) finds the staged sources.
-export LLAMA_SERVER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/qwen36-serve
+export LLAMA_SERVER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gguf-serve
 
 .PHONY: demo test test-fast test-e2e test-images test-images-arm64 synth lint llama-server image-sources preflight clean
 
@@ -32,7 +32,7 @@ test-images: $(STAMP) node_modules/.installed image-sources
 
 ## test-images-arm64: the arm64 image under QEMU (opt-in: over an hour on 2 cores)
 test-images-arm64: $(STAMP) node_modules/.installed image-sources
-	QWEN36_ARM64_TIER=1 $(PY) -m pytest tests/images/test_arm64_image.py
+	GGUF_SERVE_ARM64_TIER=1 $(PY) -m pytest tests/images/test_arm64_image.py
 
 synth: $(STAMP) node_modules/.installed image-sources
 	npx cdk synth --quiet
@@ -76,4 +76,4 @@ clean:
 ## IMDS, AWS (moto), ECR and ModelScope; builds the x86-64 image as test-images does (opt-in: root and Docker)
 .PHONY: rehearse
 rehearse: $(STAMP) image-sources
-	QWEN36_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
+	GGUF_SERVE_REHEARSAL=1 $(PY) -m pytest tests/rehearsal

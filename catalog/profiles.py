@@ -12,8 +12,9 @@ from typing import Any
 from catalog.errors import ProfileError
 from catalog.fleet import FleetSettings
 from catalog.hardware import GIB, HARDWARE, Architecture, Hardware
-from catalog.images import IMAGE_INDEPENDENT_FIELDS, IMAGE_TARGETS, ImageTarget
+from catalog.images import IMAGE_TARGETS, ImageTarget
 from catalog.models import GEMMA3_270M, MODELS, QWEN36_27B_MTP, QWEN36_35B_A3B, ModelArtifact
+from catalog.runtime import RuntimeModel, RuntimeSpec
 from catalog.server import ALL_LAYERS, ServerSettings, Speculative
 
 GPU_COMPUTE_RESERVE_GIB = 1.5  # CUDA context and compute buffers beside weights and KV cache
@@ -101,9 +102,24 @@ class ServingProfile:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, default=str)
 
+    def runtime(self) -> RuntimeSpec:
+        """What an instance is given: the model, the server flags and the port; no hardware, fleet or prices."""
+        m = self.model
+        model = RuntimeModel(
+            name=m.name,
+            repo=m.repo,
+            file=m.file,
+            revision=m.revision,
+            size_bytes=m.size_bytes,
+            sha256=m.sha256,
+            gguf_architecture=m.gguf_architecture,
+            has_mtp_layers=m.has_mtp_layers,
+        )
+        return RuntimeSpec(name=self.name, model=model, server=self.server, threads=self.threads)
+
     def runtime_json(self) -> str:
-        """What an instance is given: the profile without prices and descriptions, so editing those rolls no fleet."""
-        return json.dumps(_without(asdict(self), IMAGE_INDEPENDENT_FIELDS), sort_keys=True, default=str)
+        """The runtime spec as the instance gets it: editing a price or a description changes none of it."""
+        return self.runtime().to_json()
 
     @classmethod
     def from_json(cls, text: str) -> ServingProfile:
@@ -125,12 +141,6 @@ class ServingProfile:
             fleet=_fleet_from_json(d["fleet"]),
             description=d.get("description", ""),
         )
-
-
-def _without(doc: Any, fields: frozenset[str]) -> Any:
-    if isinstance(doc, dict):
-        return {k: _without(v, fields) for k, v in doc.items() if k not in fields}
-    return doc
 
 
 def _fleet_from_json(d: dict[str, Any]) -> FleetSettings:

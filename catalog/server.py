@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from catalog.names import SERVER_PORT
+
 if TYPE_CHECKING:
     from catalog.profiles import ServingProfile
 
@@ -28,7 +30,7 @@ class ServerSettings:
     speculative: Speculative | None = None  # None: MTP off
     cache_ram_mib: int = 4096  # prompt cache in host RAM; the benchmark runs with 0
     host: str = "0.0.0.0"
-    port: int = 8080
+    port: int = SERVER_PORT
     metrics: bool = True  # /metrics (needs the API key) feeds autoscaling and dashboards
 
     @property

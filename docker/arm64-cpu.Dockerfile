@@ -2,8 +2,8 @@
 # No package manager and no network here: BUILD_IMAGE and RUNTIME_IMAGE are root filesystems
 # docker/bootstrap-base.sh made from OS repositories, and the llama.cpp source is staged in sources/.
 # Builds on an arm64 builder (or under QEMU); docker/build-image.sh builds it, then docker/app.Dockerfile.
-ARG BUILD_IMAGE=qwen36-root/build:arm64
-ARG RUNTIME_IMAGE=qwen36-root/runtime:arm64
+ARG BUILD_IMAGE=gguf-serve-root/build:arm64
+ARG RUNTIME_IMAGE=gguf-serve-root/runtime:arm64
 
 FROM ${BUILD_IMAGE} AS build
 # Set only to fetch the source from a PEP 503 index (a mirror) when it was not staged.

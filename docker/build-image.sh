@@ -92,7 +92,7 @@ enable_emulation() {
 root_image() {
   local role="$1" key
   key=$(sha256sum "$context/docker/bootstrap-base.sh" | cut -c1-12)
-  local tag="qwen36-root/$role:$flavor-$arch-$key"
+  local tag="gguf-serve-root/$role:$flavor-$arch-$key"
   if ! docker image inspect "$tag" >/dev/null 2>&1; then
     log "bootstrapping the $role root ($flavor, $arch)"
     bash "$context/docker/bootstrap-base.sh" "$role" "$flavor" "$arch" "$tag" >/dev/null

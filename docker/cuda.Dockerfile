@@ -4,7 +4,7 @@
 # copied from the build image, not a multi-gigabyte CUDA runtime image. No GPU is needed to build; the host
 # needs an NVIDIA driver for CUDA 12 and the container toolkit (the Deep Learning Base AMI has both).
 ARG BUILD_IMAGE
-ARG RUNTIME_IMAGE=qwen36-root/runtime:amd64
+ARG RUNTIME_IMAGE=gguf-serve-root/runtime:amd64
 
 FROM ${BUILD_IMAGE} AS build
 # Set only to fetch the source from a PEP 503 index (a mirror) when it was not staged.

@@ -2,8 +2,8 @@
 # runtime root. No package manager and no network here: BUILD_IMAGE and RUNTIME_IMAGE are root filesystems
 # docker/bootstrap-base.sh made from OS repositories, and the llama.cpp source is staged in sources/.
 # docker/build-image.sh builds it, then docker/app.Dockerfile on top. See docker/README.md.
-ARG BUILD_IMAGE=qwen36-root/build:amd64
-ARG RUNTIME_IMAGE=qwen36-root/runtime:amd64
+ARG BUILD_IMAGE=gguf-serve-root/build:amd64
+ARG RUNTIME_IMAGE=gguf-serve-root/runtime:amd64
 
 FROM ${BUILD_IMAGE} AS build
 # Set only to fetch the source from a PEP 503 index (a mirror) when it was not staged.

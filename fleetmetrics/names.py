@@ -4,7 +4,9 @@ The CDK stack imports these constants for scaling policies, alarms and the
 dashboard, so changing one here changes it everywhere.
 """
 
-NAMESPACE = "Qwen36/LlamaServer"
+from catalog.names import METRICS_NAMESPACE
+
+NAMESPACE = METRICS_NAMESPACE  # catalog/names.py: the IAM condition and the publisher agree on it
 
 # Metric names
 REQUESTS_PROCESSING = "RequestsProcessing"  # gauge, Count

@@ -11,38 +11,34 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from catalog import ProfileError, ServingProfile
+from catalog import names
+from catalog.runtime import RuntimeSpec, RuntimeSpecError
 from launcher.preflight import EX_CONFIG, LaunchRefused, check_gpu, check_model
 from launcher.serve import describe, exec_server, resolve_binary, server_command, server_environment
 from modelfetch.cli import add_network_options, network_policies, positive_int
 
-DEFAULT_PROFILE = "/etc/qwen36/profile.json"
-DEFAULT_MODEL_DIR = "/models"
+DEFAULT_SPEC = names.RUNTIME_SPEC_PATH
+DEFAULT_MODEL_DIR = names.CONTAINER_MODEL_DIR
 
 
-def load_profile(path: str) -> ServingProfile:
+def load_spec(path: str) -> RuntimeSpec:
+    """The runtime spec, or a refusal in one line (systemd does not restart a refusal)."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise LaunchRefused(f"cannot read the profile {path}: {e.strerror}") from e
-    try:
-        return ServingProfile.from_json(text)
-    except ProfileError as e:
-        raise LaunchRefused(f"profile {path} is invalid: {e}") from e
-    except (ValueError, KeyError, TypeError) as e:
-        raise LaunchRefused(f"profile {path} is not a serving profile written by catalog ({e!r})") from e
+        return RuntimeSpec.load(path)
+    except RuntimeSpecError as e:
+        raise LaunchRefused(str(e)) from e
 
 
 def serve(args: argparse.Namespace) -> int:
-    profile = load_profile(args.profile)
-    model_path = check_model(profile, args.model_dir)
-    check_gpu(profile)
+    spec = load_spec(args.spec)
+    model_path = check_model(spec, args.model_dir)
+    check_gpu(spec)
     binary = resolve_binary(args.llama_server)
     env, dropped = server_environment(os.environ, require_api_key=not args.no_api_key)
     if dropped:
-        print(f"launcher: ignoring inherited {', '.join(dropped)} (the profile sets every flag)", flush=True)
-    command = server_command(profile, model_path, binary, benchmark=args.benchmark)
-    print(describe(profile, command), flush=True)
+        print(f"launcher: ignoring inherited {', '.join(dropped)} (the runtime spec sets every flag)", flush=True)
+    command = server_command(spec, model_path, binary, benchmark=args.benchmark)
+    print(describe(spec, command), flush=True)
     exec_server(command, env)
     return 0  # not reached
 
@@ -51,11 +47,11 @@ def fetch(args: argparse.Namespace) -> int:
     """Exit 0 with the model in place, 1 with one line saying what failed (systemd and cloud-init show it)."""
     import modelfetch
 
-    profile = load_profile(args.profile)
+    spec = load_spec(args.spec)
     retry, rate = network_policies(args)
     try:
         path = modelfetch.fetch_model(
-            profile.model,
+            spec.model,
             Path(args.model_dir),
             endpoint=args.endpoint,
             s3_cache=args.s3_cache,
@@ -79,9 +75,9 @@ def _fetch_failed(reason: str, code: int = 1) -> int:
 
 
 def health(args: argparse.Namespace) -> int:
-    port = 8080  # the health check must not fail on a profile it cannot read
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        port = json.loads(Path(args.profile).read_text())["server"]["port"]
+    port = names.SERVER_PORT  # the health check must not fail on a spec it cannot read
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        port = int(json.loads(Path(args.spec).read_text())["server"]["port"])
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=args.timeout) as r:  # noqa: S310
             return 0 if r.status == 200 else 1
@@ -93,16 +89,16 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m launcher", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("serve", help="check the model against the profile, then exec llama-server")
-    s.add_argument("--profile", default=DEFAULT_PROFILE, help=f"profile JSON (default {DEFAULT_PROFILE})")
+    s = sub.add_parser("serve", help="check the model against the runtime spec, then exec llama-server")
+    s.add_argument("--spec", default=DEFAULT_SPEC, help=f"default {DEFAULT_SPEC}")
     s.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help=f"where the GGUF is (default {DEFAULT_MODEL_DIR})")
     s.add_argument("--benchmark", action="store_true", help="benchmark settings: prompt cache off")
     s.add_argument("--llama-server", help="llama-server binary (default /usr/local/bin/llama-server, then PATH)")
     s.add_argument("--no-api-key", action="store_true", help="allow serving without LLAMA_API_KEY (local dev)")
     s.set_defaults(func=serve)
 
-    f = sub.add_parser("fetch", help="download and verify the profile's GGUF (S3 cache first, then ModelScope)")
-    f.add_argument("--profile", default=DEFAULT_PROFILE)
+    f = sub.add_parser("fetch", help="download and verify the spec's GGUF (S3 cache first, then ModelScope)")
+    f.add_argument("--spec", default=DEFAULT_SPEC)
     f.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
     f.add_argument("--s3-cache", help="s3://bucket/prefix of the in-region model cache")
     f.add_argument("--endpoint", help="ModelScope base URL (default: MODELSCOPE_ENDPOINT, else modelfetch's default)")
@@ -111,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     f.set_defaults(func=fetch)
 
     h = sub.add_parser("health", help="exit 0 when llama-server's /health answers 200 (container HEALTHCHECK)")
-    h.add_argument("--profile", default=DEFAULT_PROFILE)
+    h.add_argument("--spec", default=DEFAULT_SPEC)
     h.add_argument("--timeout", type=float, default=5.0)
     h.set_defaults(func=health)
     return p

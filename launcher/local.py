@@ -18,14 +18,14 @@ import sys
 import time
 from pathlib import Path
 
-from catalog import ServingProfile, local_profile
+from catalog import ServingProfile, local_profile, names
 from launcher.process import PACKAGE_ROOT, ServerExited, free_port, start_server
 
 BUILD_SCRIPT = PACKAGE_ROOT / "scripts" / "build-llama-server.sh"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen36-serve"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / names.LOCAL_CACHE
 
 
 def say(step: str, text: str) -> None:

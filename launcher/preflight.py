@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from catalog import ServingProfile
+from catalog.runtime import RuntimeSpec
 from modelfetch.gguf import GGUFError, summarize
 
 EX_CONFIG = 78  # sysexits.h: a configuration error; the systemd unit should not restart on it
 
 
 class LaunchRefused(Exception):
-    """The profile and the model file on disk cannot work together; the message says what to change."""
+    """The runtime spec and the model file on disk cannot work together; the message says what to change."""
 
 
-def check_model(profile: ServingProfile, model_dir: str | Path) -> Path:
-    """The model file for `profile` in `model_dir`, after checking it is the file the profile expects."""
+def check_model(profile: RuntimeSpec, model_dir: str | Path) -> Path:
+    """The model file for `profile` in `model_dir`, after checking it is the file the spec expects."""
     model = profile.model
     path = Path(model_dir) / model.local_name
     if not path.is_file():
         raise LaunchRefused(
-            f"model file {path} is missing: run `python -m launcher fetch --profile ... --model-dir {model_dir}` "
+            f"model file {path} is missing: run `python -m launcher fetch --spec ... --model-dir {model_dir}` "
             f"first (it downloads {model.repo}/{model.file})"
         )
     try:
@@ -47,7 +47,7 @@ def check_model(profile: ServingProfile, model_dir: str | Path) -> Path:
     return path
 
 
-def check_gpu(profile: ServingProfile, dev: Path = Path("/dev")) -> None:
+def check_gpu(profile: RuntimeSpec, dev: Path = Path("/dev")) -> None:
     """A GPU profile without a visible NVIDIA device would run on the CPU, healthy and far too slow."""
     if profile.on_gpu and not any(dev.glob("nvidia[0-9]*")):
         raise LaunchRefused(

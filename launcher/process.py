@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog import ServingProfile
+from catalog.names import API_KEY_ENV
 from launcher.preflight import EX_CONFIG
-from launcher.serve import API_KEY_ENV
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory holding launcher/, catalog/, modelfetch/
 
@@ -110,7 +110,7 @@ class ServerProcess:
 def launch_command(
     profile_path: Path, model_dir: Path, binary: Path | str, *, benchmark: bool = False, api_key: bool = True
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "launcher", "serve", "--profile", str(profile_path), "--model-dir", str(model_dir)]
+    cmd = [sys.executable, "-m", "launcher", "serve", "--spec", str(profile_path), "--model-dir", str(model_dir)]
     cmd += ["--llama-server", str(binary)]
     if benchmark:
         cmd.append("--benchmark")
@@ -137,10 +137,10 @@ def start_server(
     workdir: Path,
     benchmark: bool = False,
 ) -> ServerProcess:
-    """Write the profile to `workdir`, start `python -m launcher serve` with it, log to workdir/server.log."""
+    """Write the profile's runtime spec to `workdir`, start `python -m launcher serve` on it; log to server.log."""
     workdir.mkdir(parents=True, exist_ok=True)
-    profile_path = workdir / "profile.json"
-    profile_path.write_text(profile.to_json())
+    profile_path = workdir / "runtime.json"
+    profile_path.write_text(profile.runtime().to_json())
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

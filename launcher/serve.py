@@ -1,4 +1,4 @@
-"""Build llama-server's command line and environment from a profile, and exec() it."""
+"""Build llama-server's command line and environment from a runtime spec, and exec() it."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from catalog import ServingProfile, llama_server_args
+from catalog.names import API_KEY_ENV
+from catalog.runtime import RuntimeSpec
+from catalog.server import llama_server_args
 from launcher.preflight import LaunchRefused
 
 DEFAULT_BINARY = "/usr/local/bin/llama-server"
-API_KEY_ENV = "LLAMA_API_KEY"
 # llama-server reads LLAMA_ARG_* as flag defaults; an inherited LLAMA_ARG_SPEC_TYPE cannot be cleared by a
 # later flag, so the profile is the only source of settings and these never reach the server.
 _INHERITED_PREFIX = "LLAMA_ARG_"
@@ -29,7 +30,7 @@ def resolve_binary(path: str | None) -> str:
     return candidate
 
 
-def server_command(profile: ServingProfile, model_path: Path, binary: str, *, benchmark: bool = False) -> list[str]:
+def server_command(profile: RuntimeSpec, model_path: Path, binary: str, *, benchmark: bool = False) -> list[str]:
     return [binary, *llama_server_args(profile, str(model_path), benchmark=benchmark)]
 
 
@@ -44,7 +45,7 @@ def server_environment(env: Mapping[str, str], *, require_api_key: bool = True) 
     return {k: v for k, v in env.items() if k not in dropped}, dropped
 
 
-def describe(profile: ServingProfile, command: list[str]) -> str:
+def describe(profile: RuntimeSpec, command: list[str]) -> str:
     """One log line: what starts, with which settings (argv never carries the API key)."""
     s = profile.server
     mtp = f"MTP {s.speculative.spec_type} n_max={s.speculative.draft_n_max}" if s.speculative else "MTP off"

@@ -1,6 +1,6 @@
 """python -m modelfetch: fetch one GGUF from the S3 cache or ModelScope, verified and resumable.
 
-  python -m modelfetch --profile /etc/qwen36/profile.json --dest /models --s3-cache s3://bucket/models
+  python -m modelfetch --spec /etc/gguf-serve/runtime.json --dest /models --s3-cache s3://bucket/models
   python -m modelfetch --repo unsloth/Qwen3.6-35B-A3B-MTP-GGUF --file Qwen3.6-35B-A3B-UD-Q4_K_M.gguf \\
       --revision master --sha256 0b21...58b --size 22663387424 --dest /models
 
@@ -8,7 +8,7 @@ On success it prints one JSON line on stdout: path, size, sha256, source, transf
 architecture, nextn_predict_layers and has_mtp_layers. Logs and the progress bar go to stderr.
 
 Exit status: 0 fetched and verified; 1 fetch failed (one line on stderr saying what to do); 2 bad arguments;
-3 the file is not what the profile expects (architecture, or MTP requested but no MTP layers).
+3 the file is not what the runtime spec expects (architecture, or MTP requested but no MTP layers).
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    what = ap.add_argument_group("what to fetch (a profile, or an explicit file)")
-    what.add_argument("--profile", type=Path, help="a serving profile JSON (catalog.ServingProfile.to_json)")
+    what = ap.add_argument_group("what to fetch (a runtime spec, or an explicit file)")
+    what.add_argument(
+        "--spec", dest="profile", type=Path, help="a runtime spec (catalog.runtime.RuntimeSpec.to_json)"
+    )
     what.add_argument("--repo", help="ModelScope repo, owner/name")
     what.add_argument("--file", help="file path inside the repo")
     what.add_argument("--revision", default=None, help="branch, tag or commit (default master)")
@@ -160,21 +162,19 @@ def main(argv: list[str] | None = None) -> int:
 def _spec(a: argparse.Namespace) -> tuple[FileSpec, dict[str, Any]]:
     if a.profile is not None:
         if a.repo or a.file:
-            raise ValueError("give either --profile or --repo/--file, not both")
-        from catalog import ProfileError, ServingProfile
+            raise ValueError("give either --spec or --repo/--file, not both")
+        from catalog.runtime import RuntimeSpec, RuntimeSpecError
 
         try:
-            profile = ServingProfile.from_json(a.profile.read_text())
-        except OSError as e:
-            raise ValueError(f"cannot read --profile {a.profile}: {e.strerror}") from None
-        except (ProfileError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"--profile {a.profile} is not a serving profile: {e}") from None
+            profile = RuntimeSpec.load(a.profile)
+        except RuntimeSpecError as e:
+            raise ValueError(str(e)) from None
         m = profile.model
         spec = FileSpec.from_artifact(m)
         expect = {"architecture": m.gguf_architecture, "mtp": profile.mtp, "name": profile.name}
         return spec, expect
     if not (a.repo and a.file):
-        raise ValueError("--repo and --file are required without --profile")
+        raise ValueError("--repo and --file are required without --spec")
     spec = FileSpec(
         repo=a.repo,
         file=a.file,

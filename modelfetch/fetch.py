@@ -26,7 +26,7 @@ from modelfetch.retry import RetryPolicy
 from modelfetch.s3cache import CachedObject, S3Cache
 
 if TYPE_CHECKING:
-    from catalog.models import ModelArtifact
+    from catalog.runtime import RuntimeModel
 
 log = logging.getLogger("modelfetch")
 
@@ -45,7 +45,7 @@ class FileSpec:
     size_estimate: int | None = None  # for the early free-space check when `size` is not pinned
 
     @classmethod
-    def from_artifact(cls, artifact: ModelArtifact) -> FileSpec:
+    def from_artifact(cls, artifact: RuntimeModel) -> FileSpec:
         pinned = artifact.sha256 is not None  # the catalog's size is exact only when the hash is pinned
         return cls(
             repo=artifact.repo,
@@ -105,7 +105,7 @@ def free_bytes(path: Path) -> int:
 
 
 def fetch_model(
-    artifact: ModelArtifact,
+    artifact: RuntimeModel,
     dest: Path,
     *,
     endpoint: str | None = None,

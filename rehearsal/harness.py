@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from catalog import ServingProfile, local_profile
+from catalog import ServingProfile, local_profile, names
 from catalog.images import IMAGE_TARGETS
 from localscope import LocalScope
 from rehearsal.aws import ACCOUNT, AwsStandIn
@@ -33,7 +33,7 @@ STACK = "RehearsalStack"
 GROUP = "RehearsalStack-ServingGroup-REHEARSAL"
 ROLE = "RehearsalStack-InstanceRole"
 BUCKET = "rehearsalstack-modelcache"
-LOG_GROUP = f"/qwen36/{STACK}"
+LOG_GROUP = f"/gguf-serve/{STACK}"
 REGISTRY_HOST = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com.cn"
 REPOSITORY = "rehearsalstack-serving"
 LOGS_HOST = f"logs.{REGION}.amazonaws.com.cn"
@@ -42,7 +42,7 @@ IMDS_ADDRESS = "169.254.169.254"
 AWS_ADDRESS = "169.254.100.1"  # :5000 HTTP (AWS_ENDPOINT_URL), :443 TLS (the awslogs driver, by name)
 REGISTRY_ADDRESS = "169.254.100.2"
 MODELSCOPE_ADDRESS = "169.254.100.3"  # MODELSCOPE_ENDPOINT=http://169.254.100.3
-BOOT_LOG = "/var/log/qwen36-boot.log"
+BOOT_LOG = "/var/log/gguf-serve-boot.log"
 
 
 def rehearsal_profile(port: int = 8080) -> ServingProfile:
@@ -127,7 +127,7 @@ class World:
             api_key_secret_arn=secret["ARN"],
             model_cache_url=f"s3://{BUCKET}/models/",
             log_group=LOG_GROUP,
-            metrics_namespace="Qwen36/LlamaServer",
+            metrics_namespace=names.METRICS_NAMESPACE,
             lifecycle_hook=READY_HOOK,
             release=self.release,
             release_parameter=release_parameter_name(STACK),
@@ -148,7 +148,7 @@ class FakeInstance:
     def __init__(self, world: World, instance_id: str, user_data: str) -> None:
         self.world = world
         self.instance_id = instance_id
-        self.name = f"qwen36-rehearsal-{instance_id}"
+        self.name = f"gguf-serve-rehearsal-{instance_id}"
         self.volume = f"{self.name}-docker"
         self.imds = Imds(Instance(instance_id, GROUP, REGION, ROLE, user_data))
         self._forwards: list[Forward] = []
@@ -229,27 +229,27 @@ class FakeInstance:
 
         def last_line_written() -> bool:  # the log goes through `tee` in a process substitution: it may lag
             lines = self.boot_log().strip().splitlines()
-            return bool(lines) and ("qwen36-boot: healthy" in lines[-1] or "qwen36-boot: FAILED" in lines[-1])
+            return bool(lines) and ("gguf-serve-boot: healthy" in lines[-1] or "gguf-serve-boot: FAILED" in lines[-1])
 
         self.wait(last_line_written, 15, "the boot log has no last step line", interval=0.2)
         return result
 
     def step_times(self) -> list[Timing]:
-        """Each `qwen36-boot:` line with its journal time, in seconds since this start."""
-        out = self.sh("journalctl -t qwen36-boot -o short-unix --no-pager").stdout
+        """Each `gguf-serve-boot:` line with its journal time, in seconds since this start."""
+        out = self.sh("journalctl -t gguf-serve-boot -o short-unix --no-pager").stdout
         steps = []
         for line in out.splitlines():
             stamp, _, rest = line.partition(" ")
-            message = rest.split(": ", 1)[-1] if "qwen36-boot:" in rest else ""
+            message = rest.split(": ", 1)[-1] if "gguf-serve-boot:" in rest else ""
             with contextlib.suppress(ValueError):
-                if message.startswith("qwen36-boot: "):
-                    steps.append(Timing(message.removeprefix("qwen36-boot: "), float(stamp) - self.started_at))
+                if message.startswith("gguf-serve-boot: "):
+                    steps.append(Timing(message.removeprefix("gguf-serve-boot: "), float(stamp) - self.started_at))
         return steps
 
     def diagnostics(self) -> str:
         parts = [
-            self.sh("systemctl --no-pager --failed; tail -n 40 /var/log/qwen36-boot.log").stdout,
-            self.sh("journalctl --no-pager -n 60 -u run-user-data -u qwen36-llama -u qwen36-ready").stdout,
+            self.sh("systemctl --no-pager --failed; tail -n 40 /var/log/gguf-serve-boot.log").stdout,
+            self.sh("journalctl --no-pager -n 60 -u run-user-data -u gguf-serve-llama -u gguf-serve-ready").stdout,
         ]
         return "\n".join(parts)[-6000:]
 

@@ -11,7 +11,7 @@ from tests.images.engine import CACHE, docker, engine_env
 
 FILES = Path(__file__).parent / "files"
 STATE = CACHE / "rehearsal"
-REPOSITORY = "qwen36-rehearsal/instance"
+REPOSITORY = "gguf-serve-rehearsal/instance"
 
 
 def instance_image() -> str:

@@ -27,7 +27,7 @@ def ensure_ca(directory: Path) -> tuple[Path, Path]:
     if cert_path.exists() and key_path.exists():
         return cert_path, key_path
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "qwen36 rehearsal CA")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gguf-serve rehearsal CA")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()

@@ -10,7 +10,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 dockerfile="$root/docker/x86-64-cpu.Dockerfile"
 version=$(sed -n 's/^ARG LLAMA_CPP_PYTHON_VERSION=//p' "$dockerfile")
 sha256=$(sed -n 's/^ARG LLAMA_CPP_PYTHON_SHA256=//p' "$dockerfile")
-cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen36-serve}"
+cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gguf-serve}"
 dest="$cache_root/image-sources"
 python="${PYTHON:-python3}"
 sdist="$dest/llama_cpp_python-$version.tar.gz"

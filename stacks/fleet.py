@@ -13,13 +13,14 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from catalog import ServingProfile
+from catalog.names import LIFECYCLE_HOOK
 from fleetmetrics import names
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
 GROUP_LOGICAL_ID = "ServingGroup"  # fixed so user data can signal it before the group exists
-READY_HOOK = "qwen36-ready"  # launch lifecycle hook, completed by the instance once /health answers 200
+READY_HOOK = LIFECYCLE_HOOK  # launch lifecycle hook, completed by the instance once /health answers 200
 
 
 def release_parameter_name(stack_name: str) -> str:

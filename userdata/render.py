@@ -9,13 +9,10 @@ from pathlib import Path
 
 import jinja2
 
-from catalog import ServingProfile
+from catalog import ServingProfile, names
 from launcher.preflight import EX_CONFIG
 
 USER_DATA_LIMIT = 16 * 1024  # EC2 rejects larger raw user data
-CONTAINER_UID = 10001  # the non-root user in docker/*.Dockerfile
-MODEL_DIR = "/opt/qwen36/models"
-CONFIG_DIR = "/etc/qwen36"
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -54,11 +51,9 @@ def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:
     text = _ENV.get_template("boot.sh.j2").render(
         p=profile,
         boot=boot,
-        profile_json_b64=base64.b64encode(profile.runtime_json().encode()).decode(),
+        n=names,
+        runtime_spec_b64=base64.b64encode(profile.runtime_json().encode()).decode(),
         gpu=profile.hardware.has_gpu,
-        container_uid=CONTAINER_UID,
-        model_dir=MODEL_DIR,
-        config_dir=CONFIG_DIR,
         port=profile.server.port,
         refusal_exit=EX_CONFIG,
     )

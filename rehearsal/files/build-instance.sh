@@ -20,7 +20,7 @@ debootstrap --variant=minbase --include="$(IFS=,; echo "${packages[*]}")" bookwo
 if [[ -d "$extra_ca_dir" ]] && compgen -G "$extra_ca_dir/*.crt" >/dev/null; then
   cp "$extra_ca_dir"/*.crt "$root/usr/local/share/ca-certificates/"
 fi
-cp "$ca_cert" "$root/usr/local/share/ca-certificates/qwen36-rehearsal.crt"
+cp "$ca_cert" "$root/usr/local/share/ca-certificates/gguf-serve-rehearsal.crt"
 chroot "$root" update-ca-certificates >&2
 
 # The AWS CLI from pinned wheels, fetched by the host's pip (the root has no index configured).

@@ -14,7 +14,7 @@ from moto import mock_aws
 
 DATA = Path(__file__).parent / "data"
 REGION = "cn-northwest-1"
-GROUP = "qwen36-fleet-asg"
+GROUP = "gguf-serve-fleet-asg"
 INSTANCE = "i-0123456789abcdef0"
 
 # Families and order exactly as server_task_result_metrics::to_metrics() writes them (llama-cpp-python 0.3.36)

@@ -37,7 +37,7 @@ class BuildInputs:
 
     @property
     def local_repository(self) -> str:
-        return f"qwen36-test/{self.env['TARGET']}"
+        return f"gguf-serve-test/{self.env['TARGET']}"
 
 
 def build_inputs(assembly_dir: Path, stack_name: str) -> BuildInputs:

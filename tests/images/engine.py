@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 DOCKER = "/usr/bin/docker"  # Debian's client, which speaks to Debian's engine (another may be first on PATH)
-CACHE = Path(os.environ.get("LLAMA_SERVER_CACHE") or Path.home() / ".cache" / "qwen36-serve")
+CACHE = Path(os.environ.get("LLAMA_SERVER_CACHE") or Path.home() / ".cache" / "gguf-serve")
 
 
 def docker(*args: str, check: bool = True, timeout: float = 600, text: bool = True) -> subprocess.CompletedProcess:

@@ -51,7 +51,7 @@ def run_as_the_instance_does(
     )
     config = tmp_path / "etc"
     config.mkdir()
-    (config / "profile.json").write_text(profile.to_json())
+    (config / "runtime.json").write_text(profile.runtime_json())
     models = tmp_path / "models"
     models.mkdir()
     os.chown(models, int(UID), int(UID))
@@ -60,8 +60,8 @@ def run_as_the_instance_does(
         hub.add_file(profile.model.repo, profile.model.file, gemma_gguf)
         fetched = docker(
             "run", "--rm", "--network", "host", "--user", UID, "-e", "AWS_REGION=cn-northwest-1",
-            "-v", f"{config}:/etc/qwen36:ro", "-v", f"{models}:/models", image,
-            "fetch", "--profile", "/etc/qwen36/profile.json", "--model-dir", "/models",
+            "-v", f"{config}:/etc/gguf-serve:ro", "-v", f"{models}:/models", image,
+            "fetch", "--spec", "/etc/gguf-serve/runtime.json", "--model-dir", "/models",
             "--endpoint", hub.url, "--connections", "4",
             check=False, timeout=600,
         )  # fmt: skip
@@ -69,12 +69,12 @@ def run_as_the_instance_does(
     assert (models / profile.model.local_name).stat().st_size == profile.model.size_bytes
 
     key = secrets.token_urlsafe(24)
-    name = f"qwen36-tier-{secrets.token_hex(4)}"
+    name = f"gguf-serve-tier-{secrets.token_hex(4)}"
     url = f"http://127.0.0.1:{port}"
     docker(
         "run", "-d", "--name", name, "--user", UID, "-e", f"LLAMA_API_KEY={key}",
-        "-p", f"127.0.0.1:{port}:{port}", "-v", f"{models}:/models:ro", "-v", f"{config}:/etc/qwen36:ro",
-        image, "serve", "--profile", "/etc/qwen36/profile.json", "--model-dir", "/models",
+        "-p", f"127.0.0.1:{port}:{port}", "-v", f"{models}:/models:ro", "-v", f"{config}:/etc/gguf-serve:ro",
+        image, "serve", "--spec", "/etc/gguf-serve/runtime.json", "--model-dir", "/models",
     )  # fmt: skip
     try:
         statuses: list[int] = []

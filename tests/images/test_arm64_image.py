@@ -18,7 +18,7 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
     pytest.mark.timeout(3 * 3600),
-    pytest.mark.skipif(os.environ.get("QWEN36_ARM64_TIER") != "1", reason="opt-in: make test-images-arm64"),
+    pytest.mark.skipif(os.environ.get("GGUF_SERVE_ARM64_TIER") != "1", reason="opt-in: make test-images-arm64"),
 ]
 
 

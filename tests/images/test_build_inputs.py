@@ -98,7 +98,7 @@ def test_no_dockerfile_defaults_to_a_public_registry_or_index(dockerfile):
     for public in ("docker.io", "ghcr.io", "nvcr.io", "huggingface", "pypi.org", "quay.io", "gcr.io"):
         assert public not in text, f"{dockerfile.name} defaults to {public}"
     for line in re.findall(r"^ARG \w+_IMAGE=(\S*)$", text, re.M):
-        assert line.startswith("qwen36-root/") or "${" in line, line
+        assert line.startswith("gguf-serve-root/") or "${" in line, line
     assert not re.search(r"apt-get|dnf |yum |pip install|curl |wget ", text), (
         "packages come from the bootstrapped roots"
     )

@@ -25,9 +25,9 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def test_profile_file(gemma_hub: LocalScope, tmp_path: Path) -> None:
-    profile = tmp_path / "profile.json"
-    profile.write_text(local_profile(model=GEMMA3_270M).to_json())
-    p = _run("--profile", str(profile), "--dest", str(tmp_path / "m"), env={"MODELSCOPE_ENDPOINT": gemma_hub.url})
+    profile = tmp_path / "runtime.json"
+    profile.write_text(local_profile(model=GEMMA3_270M).runtime_json())
+    p = _run("--spec", str(profile), "--dest", str(tmp_path / "m"), env={"MODELSCOPE_ENDPOINT": gemma_hub.url})
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)
     assert summary["sha256"] == GEMMA3_270M.sha256 and summary["source"] == "modelscope"
@@ -38,8 +38,8 @@ def test_profile_file(gemma_hub: LocalScope, tmp_path: Path) -> None:
 def test_mtp_profile_on_a_file_without_mtp_layers_exits_3(gemma_hub: LocalScope, tmp_path: Path) -> None:
     lying = replace(GEMMA3_270M, has_mtp_layers=True)  # a catalog entry that claims MTP the file does not have
     profile = local_profile(model=lying).with_server(speculative=Speculative(), parallel=1)
-    (tmp_path / "p.json").write_text(profile.to_json())
-    p = _run("--profile", str(tmp_path / "p.json"), "--dest", str(tmp_path / "m"), "--endpoint", gemma_hub.url)
+    (tmp_path / "p.json").write_text(profile.runtime_json())
+    p = _run("--spec", str(tmp_path / "p.json"), "--dest", str(tmp_path / "m"), "--endpoint", gemma_hub.url)
     assert p.returncode == 3, p.stderr
     assert "has no MTP layers" in p.stderr and "gemma3.nextn_predict_layers" in p.stderr
     assert (tmp_path / "m" / GEMMA3_270M.file).exists()  # the file itself is fine; the launcher must not use MTP

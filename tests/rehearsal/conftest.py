@@ -1,6 +1,6 @@
 """Fixtures for the boot rehearsal: the serving image the image tier builds, the stand-ins, the fake instances.
 
-Opt-in (`make rehearse`, or QWEN36_REHEARSAL=1): it needs root, a Docker engine (installed and started here when
+Opt-in (`make rehearse`, or GGUF_SERVE_REHEARSAL=1): it needs root, a Docker engine (installed and started here when
 missing, as the image tier does) and about 5 minutes once the images exist.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-ENABLED = os.environ.get("QWEN36_REHEARSAL") == "1"
+ENABLED = os.environ.get("GGUF_SERVE_REHEARSAL") == "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,7 +23,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip = pytest.mark.skip(reason="the boot rehearsal is opt-in: make rehearse (QWEN36_REHEARSAL=1)")
+    skip = pytest.mark.skip(reason="the boot rehearsal is opt-in: make rehearse (GGUF_SERVE_REHEARSAL=1)")
     for item in items:
         if item.get_closest_marker("rehearsal") and not ENABLED:
             item.add_marker(skip)
@@ -77,13 +77,13 @@ def serving_image(assembly: Path) -> str:
     from tests.images.engine import docker, ensure_engine
 
     ensure_engine()
-    if os.environ.get("QWEN36_REHEARSAL_IMAGE"):  # an image already built from this checkout
-        return os.environ["QWEN36_REHEARSAL_IMAGE"]
+    if os.environ.get("GGUF_SERVE_REHEARSAL_IMAGE"):  # an image already built from this checkout
+        return os.environ["GGUF_SERVE_REHEARSAL_IMAGE"]
     from tests.images.buildspec import build_inputs, run_buildspec
 
     inputs = build_inputs(assembly, "IntelMoeStack")
     if docker("image", "inspect", inputs.image, check=False).returncode != 0:
-        work = Path(os.environ.get("TMPDIR", "/tmp")) / "qwen36-rehearsal-build"
+        work = Path(os.environ.get("TMPDIR", "/tmp")) / "gguf-serve-rehearsal-build"
         work.mkdir(parents=True, exist_ok=True)
         run_buildspec(inputs, work)
     return inputs.image

@@ -3,7 +3,7 @@ instance with its own Docker engine, pulling the image the image tier builds, ag
 
 One fake instance boots cold and is then killed into, stopped and started, and started as a stale release; a
 second boots from the S3 cache; two more fail on purpose (ECR login, the MTP refusal). Timings go to
-~/.cache/qwen36-serve/rehearsal/timings.json for docs/rehearsal.md.
+~/.cache/gguf-serve/rehearsal/timings.json for docs/rehearsal.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ STEPS = [
     "server configuration",
     "image ",
     "model ",
-    "systemd unit qwen36-llama",
+    "systemd unit gguf-serve-llama",
     "readiness and metrics units",
     "healthy; boot complete",
 ]
@@ -89,7 +89,9 @@ def cold(world):
 def test_boot_steps_log_in_order(cold):
     assert TIMINGS["cold_result"] == "run-user-data: user data exited 0", cold.diagnostics()
     lines = [
-        line.removeprefix("qwen36-boot: ") for line in cold.boot_log().splitlines() if line.startswith("qwen36-boot: ")
+        line.removeprefix("gguf-serve-boot: ")
+        for line in cold.boot_log().splitlines()
+        if line.startswith("gguf-serve-boot: ")
     ]
     assert len(lines) == len(STEPS), lines
     for line, step in zip(lines, STEPS, strict=True):
@@ -105,7 +107,7 @@ def test_model_fetched_verified_and_written_back_to_the_s3_cache(world, cold):
     model = world.profile.model
     head = world.aws.client("s3").head_object(Bucket=world.boot.model_cache_url.split("/")[2], Key=_model_key(world))
     assert head["ContentLength"] == model.size_bytes
-    on_disk = cold.sh(f"sha256sum /opt/qwen36/models/{model.local_name}").stdout.split()[0]
+    on_disk = cold.sh(f"sha256sum /opt/gguf-serve/models/{model.local_name}").stdout.split()[0]
     assert on_disk == model.sha256
 
 
@@ -160,11 +162,11 @@ def test_boot_and_container_logs_reach_cloudwatch_logs(world, cold):
 
 
 def test_killing_the_server_container_makes_systemd_restart_it(cold):
-    assert cold.sh("systemctl show -p NRestarts --value qwen36-llama").stdout.strip() == "0"
+    assert cold.sh("systemctl show -p NRestarts --value gguf-serve-llama").stdout.strip() == "0"
     killed = time.monotonic()
     cold.sh("docker kill llama", check=True)
-    cold.wait(lambda: cold.sh("systemctl show -p NRestarts --value qwen36-llama").stdout.strip() == "1", 60,
-              "qwen36-llama was not restarted", interval=0.5)  # fmt: skip
+    cold.wait(lambda: cold.sh("systemctl show -p NRestarts --value gguf-serve-llama").stdout.strip() == "1", 60,
+              "gguf-serve-llama was not restarted", interval=0.5)  # fmt: skip
     cold.wait(lambda: _health(cold) == "200", 120, "not healthy after the restart", interval=0.5)
     TIMINGS["restart_to_healthy_s"] = round(time.monotonic() - killed, 1)
 
@@ -185,7 +187,7 @@ def test_stop_and_start_comes_back_healthy_without_user_data_or_fetching(world, 
     downloads, gets = warm
     assert _health(cold) == "200"
     assert "already ran" in cold.sh("journalctl -b -u run-user-data -o cat --no-pager").stdout
-    assert cold.boot_log().count("qwen36-boot: healthy; boot complete") == 1  # the script did not run again
+    assert cold.boot_log().count("gguf-serve-boot: healthy; boot complete") == 1  # the script did not run again
     assert len(world.hub.stats.downloads()) == downloads and _model_gets(world) == gets
     assert [a.params["LifecycleActionResult"] for a in _lifecycle(world, cold)] == ["CONTINUE", "CONTINUE"]
 
@@ -199,7 +201,7 @@ def test_warm_instance_of_an_older_release_abandons(world, cold, warm):
         cold.start()
         cold.wait(lambda: _lifecycle(world, cold, "ABANDON"), 120, "the stale instance did not abandon")
         assert len(_signals(world, cold, "SUCCESS")) == 2  # no new SUCCESS for a stale release
-        out = cold.sh("journalctl -b -u qwen36-ready -o cat --no-pager").stdout
+        out = cold.sh("journalctl -b -u gguf-serve-ready -o cat --no-pager").stdout
         assert f"release {world.release} is stale" in out, out
     finally:
         cold.stop()
@@ -215,7 +217,7 @@ def test_a_transient_aws_error_at_start_still_ends_healthy_and_signalled(world, 
     try:
         cold.start()
         cold.wait(lambda: len(_signals(world, cold, "SUCCESS")) > successes, 180, "no SUCCESS after the outage")
-        restarts = int(cold.sh("systemctl show -p NRestarts --value qwen36-llama").stdout)
+        restarts = int(cold.sh("systemctl show -p NRestarts --value gguf-serve-llama").stdout)
         assert restarts >= 1  # the outage did fail a start
         assert _health(cold) == "200"
     finally:
@@ -247,7 +249,7 @@ def test_a_failing_step_names_its_cause_in_the_boot_log_and_signals_failure(worl
     try:
         assert c.wait_boot_done(timeout=300) == "run-user-data: user data exited 1"
         last = c.boot_log().strip().splitlines()[-1]
-        assert last == f"qwen36-boot: FAILED: ECR login to {broken.registry} failed", c.boot_log()
+        assert last == f"gguf-serve-boot: FAILED: ECR login to {broken.registry} failed", c.boot_log()
         assert [s.params["Status"] for s in _signals(world, c)] == ["FAILURE"]
         assert not _lifecycle(world, c)
     finally:
@@ -267,10 +269,10 @@ def test_the_refusal_exit_does_not_restart_loop_and_signals_failure_with_its_cau
         failed_after = _signals(world, d, "FAILURE")[0].at - started
         TIMINGS["refusal_to_failure_signal_s"] = round(failed_after, 1)
         last = d.boot_log().strip().splitlines()[-1]
-        assert last.startswith("qwen36-boot: FAILED: llama-server not healthy: launcher: refusing to start:"), last
+        assert last.startswith("gguf-serve-boot: FAILED: llama-server not healthy: launcher: refusing to start:"), last
         assert "has no MTP layers" in last
         time.sleep(12)  # two RestartSec periods: a restart loop would show here
-        show = d.sh("systemctl show -p NRestarts -p ExecMainStatus -p ActiveState qwen36-llama").stdout.split()
+        show = d.sh("systemctl show -p NRestarts -p ExecMainStatus -p ActiveState gguf-serve-llama").stdout.split()
         assert sorted(show) == ["ActiveState=failed", "ExecMainStatus=78", "NRestarts=0"], show
         assert {s.params["Status"] for s in _signals(world, d)} == {"FAILURE"}
         assert not _lifecycle(world, d, "CONTINUE")
@@ -288,7 +290,7 @@ def test_an_mtp_profile_boots_and_drafts_through_the_real_image(world, tmp_path_
     e.start()
     try:
         assert e.wait_boot_done(timeout=600) == "run-user-data: user data exited 0", e.diagnostics()
-        assert "--spec-type draft-mtp" in e.sh("journalctl -u qwen36-llama -o cat --no-pager").stdout
+        assert "--spec-type draft-mtp" in e.sh("journalctl -u gguf-serve-llama -o cat --no-pager").stdout
         chat = e.sh(
             "curl -s -H 'Authorization: Bearer " + world.api_key + "' -H 'Content-Type: application/json' "
             '-d \'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":32}\' '

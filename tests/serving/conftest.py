@@ -62,8 +62,8 @@ def run_launcher(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
         profile_text: str | None = None,
         benchmark: bool = False,
     ) -> subprocess.CompletedProcess:
-        profile_path = tmp_path / "profile.json"
-        profile_path.write_text(profile_text if profile_text is not None else profile.to_json())
+        profile_path = tmp_path / "runtime.json"
+        profile_path.write_text(profile_text if profile_text is not None else profile.runtime_json())
         cmd = launch_command(profile_path, model_dir, binary, api_key=not no_api_key, benchmark=benchmark)
         env = launcher_env(api_key, base={k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")})
         env.update(extra_env or {})

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from catalog import names
 from catalog.images import APP_DOCKERFILE, IMAGE_TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,10 +69,12 @@ def test_application_layer_contract():
     users = re.findall(r"^USER (\S+)$", text, re.M)
     assert users and users[-1].split(":")[0] not in ("root", "0"), "runs as a non-root user"
     for package in ("catalog", "modelfetch", "launcher", "fleetmetrics"):
-        assert f"COPY {package} /opt/qwen36/{package}" in text
-    assert "PYTHONPATH=/opt/qwen36:/opt/qwen36/site" in text
+        assert f"COPY {package} {names.APP_DIR}/{package}" in text
+    assert f"PYTHONPATH={names.APP_DIR}:{names.APP_DIR}/site" in text
+    assert f"WORKDIR {names.APP_DIR}" in text and f"EXPOSE {names.SERVER_PORT}" in text
     # The user the runtime roots carry, written by the bootstrap (no command runs inside a foreign root).
-    assert "uid=10001" in (DOCKER / "bootstrap-base.sh").read_text() and "USER 10001:10001" in text
+    uid = names.CONTAINER_UID
+    assert f"uid={uid}" in (DOCKER / "bootstrap-base.sh").read_text() and f"USER {uid}:{uid}" in text
 
 
 def test_image_wheels_match_requirements():

@@ -50,10 +50,10 @@ def test_a_crafted_gguf_header_is_refused_not_crashed_on(name: str, tmp_path: Pa
 
 
 def _launcher_fetch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    profile = tmp_path / "profile.json"
-    profile.write_text(local_profile().to_json())
+    profile = tmp_path / "runtime.json"
+    profile.write_text(local_profile().runtime_json())
     return subprocess.run(
-        [sys.executable, "-m", "launcher", "fetch", "--profile", str(profile), *args],
+        [sys.executable, "-m", "launcher", "fetch", "--spec", str(profile), *args],
         env=launcher_env(None), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 

@@ -90,10 +90,10 @@ def test_missing_api_key_is_refused_unless_allowed(make_gguf, sentinel_binary, r
 def test_invalid_profile_json_is_refused(make_gguf, sentinel_binary, run_launcher):
     binary, record = sentinel_binary
     path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
-    doc = json.loads(GPU.to_json())
+    doc = json.loads(GPU.runtime_json())
     doc["model"]["has_mtp_layers"] = False  # the catalog rejects MTP on such a model when the profile loads
     result = run_launcher(GPU, path.parent, binary, profile_text=json.dumps(doc))
-    _refused(result, record, "is invalid", "no MTP layers")
+    _refused(result, record, "MTP is on", "no MTP layers")
 
 
 def test_accepted_profile_execs_llama_server_with_catalog_flags(make_gguf, sentinel_binary, run_launcher):
@@ -145,10 +145,10 @@ def test_health_subcommand_without_a_server_fails(tmp_path):
     from launcher.cli import main
 
     profile = tmp_path / "p.json"
-    doc = json.loads(GPU.to_json())
+    doc = json.loads(GPU.runtime_json())
     doc["server"]["port"] = 9  # discard: nothing listens
     profile.write_text(json.dumps(doc))
-    assert main(["health", "--profile", str(profile), "--timeout", "1"]) == 1
+    assert main(["health", "--spec", str(profile), "--timeout", "1"]) == 1
 
 
 def test_benchmark_mode_turns_the_prompt_cache_off(make_gguf, sentinel_binary, run_launcher):
@@ -168,12 +168,12 @@ def test_fetch_subcommand_delivers_the_profile_model(gemma_gguf, tmp_path):
     from localscope import LocalScope
 
     profile = local_profile()
-    (tmp_path / "profile.json").write_text(profile.to_json())
+    (tmp_path / "runtime.json").write_text(profile.runtime_json())
     models = tmp_path / "models"
     with LocalScope() as hub:
         hub.add_file(profile.model.repo, profile.model.file, gemma_gguf)
         out = subprocess.run(
-            [sys.executable, "-m", "launcher", "fetch", "--profile", str(tmp_path / "profile.json"),
+            [sys.executable, "-m", "launcher", "fetch", "--spec", str(tmp_path / "runtime.json"),
              "--model-dir", str(models), "--endpoint", hub.url, "--connections", "4"],
             env=launcher_env(None), capture_output=True, text=True, timeout=300,
         )  # fmt: skip

@@ -129,8 +129,8 @@ def test_metrics_need_the_api_key(serving_process):
 def test_health_subcommand_reads_the_port_from_the_profile(serving_process):
     from launcher.cli import main
 
-    profile_path = serving_process.log_path.parent / "profile.json"
-    assert main(["health", "--profile", str(profile_path)]) == 0
+    profile_path = serving_process.log_path.parent / "runtime.json"
+    assert main(["health", "--spec", str(profile_path)]) == 0
 
 
 def test_gpu_profile_settings_on_a_model_without_mtp_layers_are_refused_before_start(

@@ -35,7 +35,7 @@ def user_data(template: Template) -> str:
 
 
 def embedded_profile(template: Template) -> dict:
-    m = re.search(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d > "/etc/qwen36/profile.json"', user_data(template))
+    m = re.search(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d > "/etc/gguf-serve/runtime.json"', user_data(template))
     assert m, "user data does not write the profile"
     return json.loads(base64.b64decode(m.group(1)))
 
@@ -167,7 +167,7 @@ class TestOperatingAtScale:
         assert len(tracking) == 1
         spec = tracking[0]["TargetTrackingConfiguration"]
         assert spec["CustomizedMetricSpecification"]["MetricName"] == "SlotsBusyRatio"
-        assert spec["CustomizedMetricSpecification"]["Namespace"] == "Qwen36/LlamaServer"
+        assert spec["CustomizedMetricSpecification"]["Namespace"] == "GgufServe/LlamaServer"
         assert spec["TargetValue"] == p.fleet.target_busy_slot_ratio * 100
         step = [x for x in policies if x["PolicyType"] == "StepScaling"]
         assert step and all(x["AdjustmentType"] == "ChangeInCapacity" for x in step)

@@ -26,9 +26,9 @@ BOOT = BootSettings(
     registry="111122223333.dkr.ecr.cn-northwest-1.amazonaws.com.cn",
     api_key_secret_arn="arn:aws-cn:secretsmanager:cn-northwest-1:111122223333:secret:ApiKey-AbCdEf",
     model_cache_url="s3://model-cache-bucket/models/",
-    log_group="/qwen36/GravitonMoeStack",
-    metrics_namespace="Qwen36/LlamaServer",
-    lifecycle_hook="qwen36-ready",
+    log_group="/gguf-serve/GravitonMoeStack",
+    metrics_namespace="GgufServe/LlamaServer",
+    lifecycle_hook="gguf-serve-ready",
     release="0123456789abcdef",
     release_parameter="/GravitonMoeStack/serving-release",
 )
@@ -60,8 +60,8 @@ def test_profile_is_written_once_and_mtp_only_on_gpu(name):
 
 def test_api_key_is_read_at_start_never_embedded():
     text = render_user_data(PROFILES["graviton-moe"], BOOT)
-    assert "ExecStartPre=/usr/local/bin/qwen36-api-key" in text
-    assert "--env-file /run/qwen36/api.env" in text
+    assert "ExecStartPre=/usr/local/bin/gguf-serve-api-key" in text
+    assert "--env-file /run/gguf-serve/api.env" in text
     assert "Restart=always" in text  # llama-server exits 0 on SIGTERM: on-failure would leave it down
     assert f"RestartPreventExitStatus={EX_CONFIG}" in text  # the launcher's refusal: retrying won't fix it
 

@@ -1,0 +1,43 @@
+"""Every name and number that two processes must agree on, in one place.
+
+The stack (IAM conditions, lifecycle hook, metric namespace), the boot script (paths, units, the API key
+file), the image (user, port, where the packages live), the launcher, the fetcher and the metrics publisher
+all read these. The names are model-neutral: the tool serves any GGUF, so nothing here names a model family.
+Files that cannot import Python (Dockerfiles, shell) are checked against this module by tests.
+
+Renamed from the `qwen36` names of earlier releases; docs/upgrading.md says what that means for a running
+deploy.
+"""
+
+from __future__ import annotations
+
+PRODUCT = "gguf-serve"
+
+# The container image (docker/app.Dockerfile, docker/bootstrap-base.sh)
+CONTAINER_UID = 10001  # the non-root user every container runs as; owns the model folder on the host
+APP_DIR = f"/opt/{PRODUCT}"  # the runtime packages; their wheels in APP_DIR/site
+SERVER_PORT = 8080  # llama-server inside the container and on the host (the ALB's target port)
+
+# The instance's file system (userdata/templates/boot.sh.j2) and the containers' view of it
+CONFIG_DIR = f"/etc/{PRODUCT}"  # host; mounted read-only at the same path in every container
+RUNTIME_SPEC_PATH = f"{CONFIG_DIR}/runtime.json"  # catalog.runtime.RuntimeSpec, the only profile an instance gets
+HOST_MODEL_DIR = f"/opt/{PRODUCT}/models"
+CONTAINER_MODEL_DIR = "/models"
+RUN_DIR = f"/run/{PRODUCT}"  # tmpfs, 0700: the API key, written at each server start
+API_KEY_ENV_FILE = f"{RUN_DIR}/api.env"
+API_KEY_ENV = "LLAMA_API_KEY"  # the variable llama-server itself reads; the key never goes in argv
+BOOT_LOG = f"/var/log/{PRODUCT}-boot.log"
+BOOT_TAG = f"{PRODUCT}-boot"  # syslog tag and the prefix of every boot step line
+
+# systemd units and helper scripts on the instance
+SERVER_UNIT = f"{PRODUCT}-llama"
+READY_UNIT = f"{PRODUCT}-ready"
+METRICS_UNIT = f"{PRODUCT}-metrics"
+API_KEY_SCRIPT = f"/usr/local/bin/{PRODUCT}-api-key"
+
+# AWS names
+METRICS_NAMESPACE = "GgufServe/LlamaServer"  # CloudWatch; the IAM condition on PutMetricData names it
+LIFECYCLE_HOOK = f"{PRODUCT}-ready"  # launch hook the instance completes once /health answers 200
+
+# This machine: llama-server builds, staged image sources, test tiers (outside the checkout)
+LOCAL_CACHE = PRODUCT  # under $XDG_CACHE_HOME or ~/.cache; $LLAMA_SERVER_CACHE overrides the whole path

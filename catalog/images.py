@@ -41,12 +41,6 @@ APP_DOCKERFILE = "app.Dockerfile"
 ARM64_BUILDERS = ("emulated", "native")
 DEFAULT_ARM64_BUILDER = "emulated"
 
-# Profile fields the image never reads: the instance hands the launcher its profile as JSON at start, and the
-# launcher uses the server, model and hardware shape only. Editing them must not rebuild or roll the fleet.
-IMAGE_INDEPENDENT_FIELDS = frozenset(
-    {"description", "ri_1yr_all_upfront_cny", "on_demand_cny_per_hour", "price_is_estimate"}
-)
-
 # CloudFormation waits at most this long for a custom resource; ServiceTimeout is "an integer from 1 to 3600"
 # (AWS::CloudFormation::CustomResource, https://docs.amazonaws.cn/en_us/AWSCloudFormation/latest/TemplateReference/
 # aws-resource-cloudformation-customresource.html). Each image layer has its own custom resource, so each

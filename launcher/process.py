@@ -15,10 +15,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from catalog import ServingProfile
 from catalog.names import API_KEY_ENV
 from launcher.preflight import EX_CONFIG
+
+if TYPE_CHECKING:
+    from catalog.profiles import ServingProfile
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory holding launcher/, catalog/, modelfetch/
 

@@ -12,7 +12,6 @@ deploy by scripts/stage-image-sources.sh and travels in a second S3 asset; synth
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import json
@@ -51,7 +50,6 @@ from catalog.images import (
     CUSTOM_RESOURCE_MAX_WAIT_S,
     DEFAULT_ARM64_BUILDER,
     DLC_ACCOUNT_CHINA,
-    IMAGE_INDEPENDENT_FIELDS,
     LAYER_BUILD_TIMEOUT_MIN,
     ImageTarget,
 )
@@ -61,9 +59,19 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
 # The source asset: Dockerfiles and build scripts, and the packages that run inside the container.
 APP_PACKAGES = ("catalog", "modelfetch", "launcher", "fleetmetrics")
+# Of the catalog the container needs the runtime spec's loader, the server flags and the shared names only:
+# profiles, hardware, prices and descriptions never reach the image, so editing them rebuilds nothing.
+CONTAINER_CATALOG = ("__init__.py", "errors.py", "names.py", "runtime.py", "server.py")
 BUILD_CONTEXT = ("docker", *APP_PACKAGES)
 # Anchored patterns: "*" alone would also match every file inside the re-included folders (an empty asset).
-CONTEXT_EXCLUDE = ["/*", *(f"!/{d}/" for d in BUILD_CONTEXT), "__pycache__/", "*.pyc"]
+CONTEXT_EXCLUDE = [
+    "/*",
+    *(f"!/{d}/" for d in BUILD_CONTEXT),
+    "/catalog/*",
+    *(f"!/catalog/{name}" for name in CONTAINER_CATALOG),
+    "__pycache__/",
+    "*.pyc",
+]
 HANDLERS = Path(__file__).resolve().parent / "handlers"
 QEMU = "qemu/qemu-aarch64-static"  # in the staged sources, for arm64 builds on an x86 builder
 # The in-region default: Amazon Linux 2023 roots from the repositories CodeBuild's AL2023 image is set up with.
@@ -400,53 +408,26 @@ def base_key(target: ImageTarget, args: dict[str, str], root: Path = ROOT) -> st
     return h.hexdigest()[:16]
 
 
+def app_files(root: Path = ROOT) -> list[Path]:
+    """The files the application layer copies: the runtime packages, and the catalog's runtime part only."""
+    files = []
+    for package in APP_PACKAGES:
+        for path in _files(root / package):
+            if package != "catalog" or path.relative_to(root / package).as_posix() in CONTAINER_CATALOG:
+                files.append(path)
+    return files
+
+
 def app_key(base_tag: str, args: dict[str, str], root: Path = ROOT) -> str:
-    """Application image: the base, the app Dockerfile, the wheels, the build script and the runtime packages."""
+    """Application image: the base, the app Dockerfile, the wheels, the build script and the files it copies."""
     h = hashlib.sha256(base_tag.encode() + b"\0")
     for name in (APP_DOCKERFILE, "requirements-image.txt", "build-image.sh"):
         h.update(name.encode() + b"\0" + (root / "docker" / name).read_bytes() + b"\0")
-    for package in APP_PACKAGES:
-        for path in _files(root / package):
-            content = image_relevant_bytes(path) if package == "catalog" else path.read_bytes()
-            h.update(str(path.relative_to(root)).encode() + b"\0" + content + b"\0")
+    for path in app_files(root):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     declared = declared_build_args(APP_DOCKERFILE, root)
     h.update(json.dumps({k: v for k, v in sorted(args.items()) if k in declared}).encode())
     return h.hexdigest()[:16]
-
-
-def image_relevant_bytes(path: Path) -> bytes:
-    """A catalog file as far as the image is concerned: no comments, docstrings or IMAGE_INDEPENDENT_FIELDS."""
-    if path.suffix == ".py":
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                node.keywords = [k for k in node.keywords if k.arg not in IMAGE_INDEPENDENT_FIELDS]
-            if isinstance(node, ast.Dict):
-                keep = [
-                    (k, v)
-                    for k, v in zip(node.keys, node.values, strict=True)
-                    if not (isinstance(k, ast.Constant) and k.value in IMAGE_INDEPENDENT_FIELDS)
-                ]
-                node.keys, node.values = [k for k, _ in keep], [v for _, v in keep]
-            body = getattr(node, "body", None)
-            if isinstance(body, list) and body and _is_docstring(body[0]):
-                node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-        return ast.dump(tree).encode()
-    if path.suffix == ".json":
-        return json.dumps(_without_independent(json.loads(path.read_text())), sort_keys=True).encode()
-    return path.read_bytes()
-
-
-def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def _without_independent(doc: object) -> object:
-    if isinstance(doc, dict):
-        return {k: _without_independent(v) for k, v in doc.items() if k not in IMAGE_INDEPENDENT_FIELDS}
-    if isinstance(doc, list):
-        return [_without_independent(v) for v in doc]
-    return doc
 
 
 # --- staged sources ------------------------------------------------------------------------------------------

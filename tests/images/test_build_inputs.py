@@ -24,7 +24,15 @@ from catalog.images import (
     LAYER_BUILD_TIMEOUT_MIN,
 )
 from stacks.app import build_app
-from stacks.image_build import APP_PACKAGES, ImageBuild, app_key, base_key, pinned_sources
+from stacks.image_build import (
+    APP_PACKAGES,
+    CONTAINER_CATALOG,
+    ImageBuild,
+    app_files,
+    app_key,
+    base_key,
+    pinned_sources,
+)
 from tests.conftest import ROOT, cdk_context
 from tests.images.buildspec import build_inputs
 
@@ -42,13 +50,14 @@ def _files(folder: Path) -> set[str]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_source_asset_holds_exactly_the_build_context(image_assembly, stack):
-    """The directory the CDK CLI zips for CodeBuild: docker/ and the four runtime packages, nothing else."""
+    """The directory the CDK CLI zips for CodeBuild: docker/ and the runtime packages, nothing else."""
     inputs = build_inputs(image_assembly, stack)
-    expected = set()
-    for folder in ("docker", *APP_PACKAGES):
-        expected |= {f"{folder}/{f}" for f in _files(ROOT / folder)}
+    expected = {f"docker/{f}" for f in _files(ROOT / "docker")}
+    expected |= {p.relative_to(ROOT).as_posix() for p in app_files()}
     got = _files(inputs.context)
     assert got == expected
+    # Of the catalog, only the runtime spec's loader and what it imports: no profile, hardware or price.
+    assert {n for n in got if n.startswith("catalog/")} == {f"catalog/{n}" for n in CONTAINER_CATALOG}
     for needed in ("docker/build-image.sh", f"docker/{X86.dockerfile}", "docker/app.Dockerfile", "launcher/cli.py"):
         assert needed in got
     for name in got:

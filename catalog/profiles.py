@@ -1,4 +1,7 @@
-"""Serving profiles: hardware + model + server settings, validated when built."""
+"""Serving profiles: hardware + model + server settings, validated when built.
+
+The profiles themselves are data (profiles/serving/*.toml, loaded by catalog.loader on first use of PROFILES).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +14,11 @@ from typing import Any
 
 from catalog.errors import ProfileError
 from catalog.fleet import FleetSettings
-from catalog.hardware import GIB, HARDWARE, Architecture, Hardware
+from catalog.hardware import GIB, Architecture, Hardware
 from catalog.images import IMAGE_TARGETS, ImageTarget
-from catalog.models import GEMMA3_270M, MODELS, QWEN36_27B_MTP, QWEN36_35B_A3B, ModelArtifact
+from catalog.models import ModelArtifact
 from catalog.runtime import RuntimeModel, RuntimeSpec
-from catalog.server import ALL_LAYERS, ServerSettings, Speculative
+from catalog.server import ServerSettings, Speculative
 
 GPU_COMPUTE_RESERVE_GIB = 1.5  # CUDA context and compute buffers beside weights and KV cache
 # PutLifecycleHook HeartbeatTimeout: "from 30 to 7200 seconds" (EC2 Auto Scaling API Reference). The stack's
@@ -160,8 +163,10 @@ def build_profile(
     description: str = "",
 ) -> ServingProfile:
     """Build a profile from names, failing with what to change when a name is unknown."""
-    hw = _lookup(HARDWARE, instance_type, "instance type")
-    artifact = _lookup(MODELS, model, "model")
+    from catalog.loader import default_catalog
+
+    hw = _lookup(default_catalog().hardware, instance_type, "instance type")
+    artifact = _lookup(default_catalog().models, model, "model")
     target = _lookup(IMAGE_TARGETS, image, "image target")
     return ServingProfile(
         name=name,
@@ -177,7 +182,7 @@ def build_profile(
 
 def _lookup(table: dict[str, Any], key: str, what: str) -> Any:
     if key not in table:
-        raise ProfileError(f"unknown {what} {key!r}: use one of {', '.join(sorted(table))} (catalog/)")
+        raise ProfileError(f"unknown {what} {key!r}: use one of {', '.join(sorted(table))} (profiles/)")
     return table[key]
 
 
@@ -197,7 +202,7 @@ def _validate(p: ServingProfile) -> None:
         if not m.has_mtp_layers:
             raise ProfileError(
                 f"{where}: MTP is on but {m.file} has no MTP layers ({m.gguf_architecture}.nextn_predict_layers "
-                "is 0); use an MTP GGUF (an *-MTP-GGUF repo) or set speculative=None"
+                "is 0); use an MTP GGUF (an *-MTP-GGUF repo) or set speculative=None (remove [server.speculative])"
             )
         if s.parallel != 1:
             raise ProfileError(f"{where}: MTP with parallel={s.parallel} loses draft acceptance; use parallel=1")
@@ -229,20 +234,36 @@ def _plan_text(plan: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in plan.items())
 
 
-def _check_memory(p: ServingProfile) -> None:
+def memory_fit(p: ServingProfile) -> tuple[float, float, str]:
+    """GiB needed where the weights live, GiB there, and what that memory is (RAM or the GPU's)."""
     plan = p.memory_plan()
     if p.on_gpu:
-        device_need = plan["weights"] + plan["kv_cache"] + plan["recurrent_state"] + plan["reserve"]
-        capacity, where = p.hardware.gpu_memory_gib, f"{p.hardware.gpu} memory"
+        need = plan["weights"] + plan["kv_cache"] + plan["recurrent_state"] + plan["reserve"]
+        return need, p.hardware.gpu_memory_gib, f"{p.hardware.gpu} memory"
+    return sum(plan.values()), p.hardware.memory_gib, "RAM"
+
+
+def deploy_refusal(p: ServingProfile) -> str | None:
+    """Why a valid profile's stack must not deploy yet (the trust root is the pinned sha256), or None."""
+    if p.model.sha256:
+        return None
+    return (
+        f"{p.stack_name or p.name}: model {p.model.name} ({p.model.repo}/{p.model.file}) has no pinned sha256, so an "
+        f"instance could not tell its bytes from any others; run `python -m catalog lock {p.model.name}` with access "
+        "to ModelScope and commit profiles/models.lock.toml, then deploy"
+    )
+
+
+def _check_memory(p: ServingProfile) -> None:
+    plan = p.memory_plan()
+    device_need, capacity, where = memory_fit(p)
+    if p.on_gpu:
         host_need = plan["prompt_cache"] + p.hardware.host_reserve_gib
         if host_need > p.hardware.memory_gib:
             raise ProfileError(
                 f"profile {p.name!r}: prompt cache {plan['prompt_cache']:.1f} GiB does not fit "
                 f"{p.hardware.memory_gib} GiB of host RAM; lower cache_ram_mib"
             )
-    else:
-        device_need = sum(plan.values())
-        capacity, where = p.hardware.memory_gib, "RAM"
     if device_need > capacity:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in plan.items() if k != "prompt_cache" or not p.on_gpu)
         raise ProfileError(
@@ -252,60 +273,27 @@ def _check_memory(p: ServingProfile) -> None:
         )
 
 
-_CPU_PRODUCTION = ServerSettings(ctx_per_slot=32768, parallel=2, cache_ram_mib=4096)
+def __getattr__(name: str) -> Any:
+    """PROFILES: every profile of profiles/serving/*.toml, validated, loaded on first use."""
+    if name == "PROFILES":
+        return _profiles()
+    raise AttributeError(f"module 'catalog.profiles' has no attribute {name!r}")
 
-PROFILES: dict[str, ServingProfile] = {
-    p.name: p
-    for p in (
-        build_profile(
-            name="graviton-moe",
-            stack_name="GravitonMoeStack",
-            instance_type="c8g.4xlarge",
-            model=QWEN36_35B_A3B.name,
-            server=_CPU_PRODUCTION,
-            image="arm64-cpu",
-            description="Graviton4 + Qwen3.6-35B-A3B MoE, MTP off: best cost per token (39.34 tok/s, ¥7.41/M)",
-        ),
-        build_profile(
-            name="intel-moe",
-            stack_name="IntelMoeStack",
-            instance_type="c8i.4xlarge",
-            model=QWEN36_35B_A3B.name,
-            server=_CPU_PRODUCTION,
-            image="x86-64-cpu",
-            description="Intel Xeon + Qwen3.6-35B-A3B MoE, MTP off (16.81 tok/s, ¥25.32/M)",
-        ),
-        build_profile(
-            name="gpu-mtp",
-            stack_name="GpuMtpStack",
-            instance_type="g5.xlarge",
-            model=QWEN36_27B_MTP.name,
-            server=ServerSettings(
-                ctx_per_slot=32768,
-                parallel=1,
-                threads=4,
-                gpu_layers=ALL_LAYERS,
-                speculative=Speculative(spec_type="draft-mtp", draft_n_max=2),
-                cache_ram_mib=4096,
-            ),
-            image="cuda",
-            # g5.xlarge's EBS bandwidth (3.5 Gbit/s burst) caps the volume near 420 MiB/s: paying for more is waste.
-            fleet=FleetSettings(volume_throughput_mibps=500, volume_iops=3000, image_pull_gib=1.5),
-            description="A10G + Qwen3.6-27B dense, MTP on: fastest single stream (47.89 tok/s, ¥22.98/M)",
-        ),
-    )
-}
+
+def _profiles() -> dict[str, ServingProfile]:
+    from catalog.loader import default_catalog
+
+    return default_catalog().profiles
 
 
 def profile_by_stack(stack_name: str) -> ServingProfile:
-    for p in PROFILES.values():
-        if p.stack_name == stack_name:
-            return p
-    raise ProfileError(f"no profile for stack {stack_name!r}: use one of {[p.stack_name for p in PROFILES.values()]}")
+    from catalog.loader import default_catalog
+
+    return default_catalog().profile_by_stack(stack_name)
 
 
 def local_profile(
-    base: str = "graviton-moe", *, model: ModelArtifact = GEMMA3_270M, port: int = 8080
+    base: str = "graviton-moe", *, model: ModelArtifact | None = None, port: int = 8080
 ) -> ServingProfile:
     """The base profile's server settings scaled to this machine, serving a small model (the embedded default)."""
     cores = os.cpu_count() or 1
@@ -321,7 +309,10 @@ def local_profile(
         ami_root_snapshot_gib=0,
         host_reserve_gib=1.0,
     )
-    src = PROFILES[base]
+    from catalog.models import GEMMA3_270M
+
+    model = model or GEMMA3_270M  # the embedded default
+    src = _profiles()[base]
     server = replace(src.server, ctx_per_slot=4096, threads=None, cache_ram_mib=256, host="127.0.0.1", port=port)
     image = next(t for t in IMAGE_TARGETS.values() if t.architecture == arch and t.accelerator is None)
     return ServingProfile(

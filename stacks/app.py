@@ -1,4 +1,4 @@
-"""Composition root: one ServingStack per profile in the catalog. Deterministic, no AWS calls at synth.
+"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml). Deterministic, offline.
 
 `build_app` is the one path to the app: `app.py` (what `cdk synth|deploy` runs) and the tests both call it, so
 the tests see the same options, feature flags and policy-validation plugins (cdk-nag) as the CLI.
@@ -14,11 +14,15 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from catalog import PROFILES, ProfileError, ServingProfile
+from catalog import ProfileError, ServingProfile
+from catalog.loader import default_catalog, load_catalog
+from catalog.profiles import deploy_refusal
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
 ROOT = Path(__file__).resolve().parent.parent
+# `-c modelLock=<file>`: synthesize with another lock file than profiles/models.lock.toml (the tests' test-data lock)
+MODEL_LOCK_CONTEXT = "modelLock"
 
 
 def cli_context() -> dict[str, Any]:
@@ -38,8 +42,12 @@ def build_app(context: dict[str, Any] | None = None, *, config_file: Path = DEPL
             f"no pinned availability zones for region {options.region!r}: add it to 'pinned-availability-zones' in "
             "cdk.context.json (synth never looks zones up)"
         )
-    for profile in PROFILES.values():
-        ServingStack(
+    lock = app.node.try_get_context(MODEL_LOCK_CONTEXT)
+    catalog = load_catalog(lock_file=ROOT / lock) if lock else default_catalog()
+    for profile in catalog.profiles.values():
+        if not profile.stack_name:
+            continue  # a profile without a stack runs locally only (launcher local, workstations)
+        stack = ServingStack(
             app,
             profile.stack_name,
             profile=apply_options(profile, options),
@@ -49,6 +57,11 @@ def build_app(context: dict[str, Any] | None = None, *, config_file: Path = DEPL
             arm64_builder=options.arm64_builder,
             env=cdk.Environment(account=options.account, region=options.region),
         )
+        refusal = deploy_refusal(profile)
+        if refusal:
+            # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
+            # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
+            cdk.Annotations.of(stack).add_error(refusal)
     return app
 
 

@@ -1,0 +1,90 @@
+"""`python -m catalog lock <model-or-profile>` pins a model; `python -m catalog check` validates every profile.
+
+python -m catalog lock Qwen3.6-27B                 # ModelScope (MODELSCOPE_ENDPOINT or --endpoint overrides)
+python -m catalog lock gpu-mtp                     # the model a serving profile names
+python -m catalog check                            # every profile: what it plans, and whether it deploys
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from catalog import model_facts
+from catalog.errors import ProfileError
+from catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
+from catalog.lockfile import read_lock, write_lock
+
+GIB = 1024**3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m catalog", description=__doc__.splitlines()[0])
+    parser.add_argument("--profiles", type=Path, default=PROFILES_DIR, help="the profile folder (default: profiles/)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    lock = sub.add_parser("lock", help="pin a model's size, sha256 and GGUF header facts from ModelScope")
+    lock.add_argument("target", help="a model of profiles/models.toml, or a serving profile's name")
+    lock.add_argument("--endpoint", help="ModelScope endpoint (default: MODELSCOPE_ENDPOINT, else modelscope.cn)")
+    lock.add_argument("--lock-file", type=Path, help=f"default: <profiles>/{LOCK_NAME}")
+    check = sub.add_parser("check", help="load and validate every profile; print what each plans")
+    check.add_argument("--lock-file", type=Path, help=f"default: <profiles>/{LOCK_NAME}")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "lock":
+            return _lock(args.profiles, args.target, args.endpoint, args.lock_file or args.profiles / LOCK_NAME)
+        return _check(args.profiles, args.lock_file)
+    except ProfileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _lock(root: Path, target: str, endpoint: str | None, lock_file: Path) -> int:
+    from catalog.loader import _toml
+    from catalog.lock import lock_model
+
+    declared = _toml(root / "models.toml")
+    name = target
+    if name not in declared:
+        profile = root / "serving" / f"{target}.toml"
+        name = _toml(profile).get("model", "") if profile.is_file() else ""
+        if name not in declared:
+            known = ", ".join(sorted(declared))
+            raise ProfileError(f"{target!r} is neither a model of {root / 'models.toml'} ({known}) nor a profile")
+    d = declared[name]
+    result = lock_model(name, repo=d["repo"], file=d["file"], revision=d.get("revision", "master"), endpoint=endpoint)
+    e = result.entry
+    entries = read_lock(lock_file)
+    entries[name] = e
+    write_lock(lock_file, entries)
+    facts = e.header
+    print(f"locked {name}: {e.repo}/{e.file}@{e.revision} (commit {e.commit or 'not listed'})")
+    print(f"  size {e.size_bytes:,} bytes, sha256 {e.sha256}")
+    print(f"  header: {result.bytes_read:,} bytes in {result.requests} range requests ({facts['architecture']})")
+    print(
+        f"  kv cache {model_facts.kv_bytes_per_token(facts):,} bytes/token, recurrent state "
+        f"{model_facts.recurrent_state_bytes(facts):,} bytes/slot, MTP layers {model_facts.mtp_layers(facts)}"
+    )
+    print(f"wrote {lock_file}")
+    return 0
+
+
+def _check(root: Path, lock_file: Path | None) -> int:
+    catalog = load_catalog(root, lock_file=lock_file)
+    for p in catalog.profiles.values():
+        plan = p.memory_plan()
+        need = sum(v for k, v in plan.items() if not (p.on_gpu and k == "prompt_cache"))
+        where = f"{p.hardware.gpu} memory" if p.on_gpu else "RAM"
+        capacity = p.hardware.gpu_memory_gib if p.on_gpu else p.hardware.memory_gib
+        stack = p.stack_name or "(no stack)"
+        print(f"{p.name}: {stack} {p.hardware.instance_type} + {p.model.name}, MTP {'on' if p.mtp else 'off'}, "
+              f"{p.server.parallel} x {p.server.ctx_per_slot} ctx, {p.threads} threads")  # fmt: skip
+        print(f"  memory {need:.1f} of {capacity:.1f} GiB of {where}; boot budget {p.boot_budget_s // 60} min")
+        if p.stack_name and not p.model.sha256:
+            print(f"  NOT DEPLOYABLE: {p.model.name} has no pinned sha256; run `python -m catalog lock {p.model.name}`")
+    print(f"{len(catalog.profiles)} profiles valid ({catalog.root}, {catalog.lock_file})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

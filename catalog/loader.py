@@ -1,0 +1,267 @@
+"""The profile files (profiles/*.toml) -> typed, validated catalog objects.
+
+    profiles/hardware.toml        [ami.<name>] and [instance."<type>"]: instance types and their prices
+    profiles/models.toml          ["<model>"]: the ModelScope repo and file, parameters, quantization
+    profiles/models.lock.toml     written by `python -m catalog lock`: size, sha256, GGUF header facts
+    profiles/serving/<name>.toml  one serving profile each: instance, model, image, [server], [fleet], stack
+
+Every error names the file and key and says what to write instead; a profile that cannot work is refused with
+the same messages as catalog.profiles' validation (memory fit, architecture, MTP, threads, slots, GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import types
+import typing
+from dataclasses import MISSING, dataclass, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from catalog import model_facts
+from catalog.errors import ProfileError
+from catalog.fleet import FleetSettings
+from catalog.hardware import Architecture, Hardware
+from catalog.lockfile import LockedModel, read_lock
+from catalog.models import ModelArtifact
+from catalog.server import ALL_LAYERS, ServerSettings, Speculative
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+LOCK_NAME = "models.lock.toml"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    hardware: dict[str, Hardware]
+    models: dict[str, ModelArtifact]
+    locks: dict[str, LockedModel]
+    profiles: dict[str, Any]  # name -> catalog.profiles.ServingProfile
+    root: Path
+    lock_file: Path
+
+    def profile_by_stack(self, stack_name: str) -> Any:
+        for p in self.profiles.values():
+            if p.stack_name == stack_name:
+                return p
+        stacks = [p.stack_name for p in self.profiles.values() if p.stack_name]
+        raise ProfileError(f"no profile for stack {stack_name!r}: use one of {stacks}")
+
+
+@cache
+def default_catalog() -> Catalog:
+    """The committed catalog (profiles/ beside the catalog package), loaded once per process."""
+    return load_catalog()
+
+
+def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None) -> Catalog:
+    if not root.is_dir():
+        raise ProfileError(f"no profile folder at {root}: the catalog's data lives in profiles/ at the repo root")
+    lock_file = lock_file or root / LOCK_NAME
+    hardware = load_hardware(root / "hardware.toml")
+    locks = read_lock(lock_file)
+    models = load_models(root / "models.toml", locks, lock_file)
+    profiles = {}
+    stacks: dict[str, Path] = {}
+    for path in sorted((root / "serving").glob("*.toml")):
+        p = load_profile(path, hardware=hardware, models=models)
+        if p.stack_name and p.stack_name in stacks:
+            raise ProfileError(f"{path}: stack {p.stack_name!r} is already {stacks[p.stack_name]}'s; pick another")
+        stacks[p.stack_name] = path
+        profiles[p.name] = p
+    return Catalog(hardware, models, locks, profiles, root, lock_file)
+
+
+# --- files -------------------------------------------------------------------------------------------------------
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path} is missing") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{path}: not valid TOML ({e})") from None
+
+
+def _where(path: Path, *keys: str) -> str:
+    return f"{path}: " + ".".join(k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k) for k in keys)
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProfileError(f"{where} must be a table ([...]), got {value!r}")
+    return value
+
+
+def load_hardware(path: Path) -> dict[str, Hardware]:
+    doc = _toml(path)
+    _only(doc, {"ami", "instance"}, _where(path, "(top level)"))
+    amis = _table(doc.get("ami", {}), _where(path, "ami"))
+    out = {}
+    for name, table in _table(doc.get("instance", {}), _where(path, "instance")).items():
+        where = _where(path, "instance", name)
+        table = dict(_table(table, where))
+        ami_name = table.pop("ami", None)
+        if not isinstance(ami_name, str) or ami_name not in amis:
+            raise ProfileError(f"{where}: ami must name one of [ami.*] ({', '.join(sorted(amis))}), got {ami_name!r}")
+        ami = _table(amis[ami_name], _where(path, "ami", ami_name))
+        _only(ami, {"ssm_parameter", "root_snapshot_gib"}, _where(path, "ami", ami_name))
+        table["ami_ssm_parameter"] = ami.get("ssm_parameter")
+        table["ami_root_snapshot_gib"] = ami.get("root_snapshot_gib")
+        if "architecture" in table:
+            table["architecture"] = _enum(Architecture, table["architecture"], f"{where}.architecture")
+        out[name] = _build(Hardware, {"instance_type": name, **table}, where, skip={"instance_type"})
+    return out
+
+
+_DECLARED_MODEL = {"repo", "file", "revision", "quantization", "total_params_b", "active_params_b"}
+
+
+def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> dict[str, ModelArtifact]:
+    out = {}
+    for name, table in _toml(path).items():
+        where = _where(path, name)
+        declared = {"revision": "master", **_table(table, where)}
+        _only(declared, _DECLARED_MODEL, where)
+        lock = locks.get(name)
+        if lock is None:
+            continue  # declared, not locked yet: a profile that uses it is refused with what to run
+        if (lock.repo, lock.file, lock.revision) != (declared.get("repo"), declared.get("file"), declared["revision"]):
+            raise ProfileError(
+                f"{lock_file}: {name!r} was locked for {lock.repo}/{lock.file}@{lock.revision} but {path} "
+                f"declares {declared.get('repo')}/{declared.get('file')}@{declared['revision']}; "
+                f"run `python -m catalog lock {name}`"
+            )
+        facts = lock.header
+        lock_where = _where(lock_file, name, "gguf")
+        values = {
+            **declared,
+            "name": name,
+            "size_bytes": lock.size_bytes,
+            "sha256": lock.sha256,
+            "gguf_architecture": facts["architecture"],
+            "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
+            "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
+            "recurrent_state_bytes_per_slot": model_facts.recurrent_state_bytes(facts, lock_where),
+        }
+        out[name] = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
+    return out
+
+
+_PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "server", "fleet"}
+
+
+def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> Any:
+    from catalog.images import IMAGE_TARGETS
+    from catalog.profiles import ServingProfile
+
+    doc = _toml(path)
+    name = path.stem
+    where = f"{path}"
+    _only(doc, _PROFILE_KEYS, where)
+    for key in ("instance_type", "model", "image"):
+        if not isinstance(doc.get(key), str):
+            raise ProfileError(f"{where}: {key} is missing or not a string")
+    stack = doc.get("stack", "")
+    if not isinstance(stack, str) or (stack and not (stack.isascii() and stack.isalnum() and stack[0].isalpha())):
+        raise ProfileError(f"{where}: stack must be a CloudFormation stack name of letters and digits, got {stack!r}")
+    hw = _pick(hardware, doc["instance_type"], "instance type", f"{where}: instance_type", "profiles/hardware.toml")
+    if doc["model"] not in models:
+        raise ProfileError(
+            f"{where}: model {doc['model']!r} is not locked: declare it in profiles/models.toml and run "
+            f"`python -m catalog lock {doc['model']}` (locked: {', '.join(sorted(models)) or 'none'})"
+        )
+    image = _pick(IMAGE_TARGETS, doc["image"], "image target", f"{where}: image", "catalog/images.py")
+    server_doc = dict(_table(doc.get("server", {}), f"{where}: server"))
+    spec = server_doc.pop("speculative", None)
+    if spec is not None:
+        server_doc["speculative"] = _build(Speculative, _table(spec, f"{where}: server.speculative"),
+                                           f"{where}: server.speculative")  # fmt: skip
+    if server_doc.get("gpu_layers") == "all":
+        server_doc["gpu_layers"] = ALL_LAYERS
+    fleet_doc = dict(_table(doc.get("fleet", {}), f"{where}: fleet"))
+    for key in ("allowed_cidrs", "off_hours"):
+        if isinstance(fleet_doc.get(key), list):
+            fleet_doc[key] = tuple(fleet_doc[key])
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise ProfileError(f"{where}: description must be a string")
+    return ServingProfile(
+        name=name,
+        stack_name=stack,
+        hardware=hw,
+        model=models[doc["model"]],
+        server=_build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"}),
+        image=image,
+        fleet=_build(FleetSettings, fleet_doc, f"{where}: fleet"),
+        description=description,
+    )
+
+
+# --- typed fields ------------------------------------------------------------------------------------------------
+
+
+def _pick(table: dict[str, Any], key: str, what: str, where: str, file: str) -> Any:
+    if key not in table:
+        raise ProfileError(f"{where}: unknown {what} {key!r}: use one of {', '.join(sorted(table))} ({file})")
+    return table[key]
+
+
+def _enum(kind: type, value: Any, where: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ProfileError(f"{where} must be one of {[m.value for m in kind]}, got {value!r}") from None  # type: ignore[attr-defined]
+
+
+def _only(doc: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise ProfileError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+
+
+def _build(cls: type, values: dict[str, Any], where: str, *, skip: set[str] = frozenset()) -> Any:  # type: ignore[assignment]
+    """cls(**values), each value checked against the field's type; unknown, missing and mistyped keys named."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    _only(values, set(known), where)
+    for name, f in known.items():
+        if name not in values:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ProfileError(f"{where}: missing key {name!r} ({_type_name(hints[name])})")
+            continue
+        if name not in skip and not _is(values[name], hints[name]):
+            got = f"{values[name]!r} ({type(values[name]).__name__})"
+            raise ProfileError(f"{where}: {name} must be {_type_name(hints[name])}, got {got}")
+    return cls(**values)
+
+
+def _is(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_is(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        args = typing.get_args(hint)
+        item = args[0]
+        return isinstance(value, tuple) and all(_is(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(h) for h in typing.get_args(hint) if h is not type(None)) + " (or leave it out)"
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(hint)[0])}"
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))

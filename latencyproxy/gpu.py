@@ -10,6 +10,7 @@ import shutil
 import subprocess
 
 from latencyproxy import names
+from latencyproxy.histogram import format_value
 
 QUERY = "index,memory.used,memory.total,temperature.gpu,utilization.gpu"
 MIB = 1024 * 1024
@@ -54,7 +55,7 @@ def exposition(gpus: list[dict[str, float]]) -> str:
         if not rows:
             continue
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        lines += [f'{name}{{gpu="{int(g["index"])}"}} {g[key]:g}' for g in rows]
+        lines += [f'{name}{{gpu="{int(g["index"])}"}} {format_value(g[key])}' for g in rows]
     return "\n".join(lines) + "\n" if lines else ""
 
 

@@ -63,41 +63,33 @@ class SseTokenScanner:
                 self._event(line[5:].strip(), at)
 
     def _event(self, payload: bytes, at: float) -> None:
-        if not payload or payload == b"[DONE]":
-            return
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        if has_generated_text(event):
+        # Byte checks; only the final event (timings) is parsed: the hop shares the CPU with llama-server.
+        if carries_text(payload):
             self.record.token(at)
-        timings = event.get("timings")
-        if isinstance(timings, dict):
-            self.record.timings = timings
+        if b'"timings"' in payload:
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                return
+            timings = event.get("timings") if isinstance(event, dict) else None
+            if isinstance(timings, dict):
+                self.record.timings = timings
 
 
-def has_generated_text(event: dict[str, Any]) -> bool:
-    """True for a chunk that carries generated text: chat delta content or reasoning, completion text."""
-    if isinstance(event.get("content"), str) and event["content"]:  # llama-server's native /completion
-        return True
-    choices = event.get("choices")
-    if not isinstance(choices, list):
-        return False
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and any(
-            isinstance(delta.get(k), str) and delta[k] for k in ("content", "reasoning_content")
-        ):
-            return True
-        if isinstance(delta, dict) and delta.get("tool_calls"):
-            return True
-        if isinstance(choice.get("text"), str) and choice["text"]:
-            return True
-    return False
+_TEXT_KEYS = (b'"content":"', b'"reasoning_content":"', b'"text":"')
+
+
+def carries_text(payload: bytes) -> bool:
+    """True for an SSE event whose JSON carries generated text: chat delta content or reasoning, completion text,
+    llama-server's native /completion content, or a tool call. A key inside a JSON string has escaped quotes
+    (\\"content\\":) and never matches."""
+    for key in _TEXT_KEYS:
+        at = payload.find(key)
+        while at != -1:
+            if payload[at + len(key) : at + len(key) + 1] != b'"':
+                return True
+            at = payload.find(key, at + 1)
+    return b'"tool_calls":[{' in payload
 
 
 def _number(timings: dict[str, Any], key: str) -> float | None:

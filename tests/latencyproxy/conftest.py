@@ -1,0 +1,136 @@
+"""A scripted stand-in for llama-server over real HTTP, and a hop in front of it, both on loopback threads."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from latencyproxy.proxy import ProxyServer
+
+KEY = "test-key-123"
+
+
+def sse(event: dict | str) -> bytes:
+    return (
+        b"data: " + (event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))).encode() + b"\n\n"
+    )
+
+
+def chat_chunk(content: str | None = None, **extra) -> dict:
+    delta = {} if content is None else {"content": content}
+    return {
+        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+        "object": "chat.completion.chunk",
+        **extra,
+    }
+
+
+TIMINGS = {"prompt_n": 10, "prompt_ms": 100.0, "predicted_n": 4, "predicted_ms": 200.0, "predicted_per_second": 20.0}
+
+
+class Upstream(ThreadingHTTPServer):
+    """Answers like llama-server: 401 without the key; a stream whose pieces are paced by `gate` events."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.seen: list[dict] = []
+        self.gate = threading.Event()  # the stream's second half waits for this
+        self.pause_s = 0.0
+        self.stream_closed = threading.Event()
+        super().__init__(("127.0.0.1", 0), UpstreamHandler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class UpstreamHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Upstream
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, status: int, doc: dict) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.server.seen.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
+        if self.path == "/metrics":
+            if self.headers.get("Authorization") != f"Bearer {KEY}":
+                return self._json(401, {"error": {"message": "Invalid API Key"}})
+            body = b"# HELP llamacpp:requests_processing x\n# TYPE llamacpp:requests_processing gauge\n"
+            body += b"llamacpp:requests_processing 0\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
+        return self._json(200, {"status": "ok"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.seen.append({"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body})
+        if self.headers.get("Authorization") != f"Bearer {KEY}":
+            return self._json(401, {"error": {"message": "Invalid API Key"}})
+        if not body.get("stream"):
+            time.sleep(self.server.pause_s)
+            return self._json(200, {"choices": [{"message": {"content": "abcd"}}], "timings": TIMINGS})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        pieces = [sse(chat_chunk(None, role="assistant")), sse(chat_chunk("a")), sse(chat_chunk("b"))]
+        later = [sse(chat_chunk("c")), sse(chat_chunk("d"))]
+        end = [sse({**chat_chunk(None), "timings": TIMINGS}), sse("[DONE]")]
+        try:
+            time.sleep(self.server.pause_s)
+            for p in pieces:
+                self._chunk(p)
+            self.server.gate.wait(10)
+            for p in [*later, *end]:
+                self._chunk(p)
+                time.sleep(0.02)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.server.stream_closed.set()
+            self.close_connection = True
+        return None
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.gate.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def hop(upstream: Upstream) -> Iterator[ProxyServer]:
+    server = ProxyServer(("127.0.0.1", 0), upstream.url)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def hop_url(server: ProxyServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"

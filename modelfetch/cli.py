@@ -41,9 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     what = ap.add_argument_group("what to fetch (a runtime spec, or an explicit file)")
-    what.add_argument(
-        "--spec", dest="profile", type=Path, help="a runtime spec (catalog.runtime.RuntimeSpec.to_json)"
-    )
+    what.add_argument("--spec", dest="profile", type=Path, help="a runtime spec (catalog.runtime.RuntimeSpec.to_json)")
     what.add_argument("--repo", help="ModelScope repo, owner/name")
     what.add_argument("--file", help="file path inside the repo")
     what.add_argument("--revision", default=None, help="branch, tag or commit (default master)")
@@ -102,12 +100,15 @@ def add_network_options(group: argparse._ArgumentGroup | argparse.ArgumentParser
     )  # fmt: skip
     group.add_argument(
         "--rate-window", type=positive_float, default=d.window_s,
-        help="seconds the minimum rate is averaged over; also the idle timeout (default %(default)s)",
+        help="seconds the minimum rate is averaged over; also the idle timeout and the deadline for a response's "
+        "headers (default %(default)s)",
     )  # fmt: skip
 
 
 def network_policies(a: argparse.Namespace) -> tuple[RetryPolicy, RatePolicy]:
-    rate = RatePolicy(min_bps=a.min_rate_kib * 1024, window_s=a.rate_window, idle_s=a.rate_window)
+    rate = RatePolicy(
+        min_bps=a.min_rate_kib * 1024, window_s=a.rate_window, idle_s=a.rate_window, headers_s=a.rate_window
+    )
     return RetryPolicy(attempts=a.retries), rate
 
 

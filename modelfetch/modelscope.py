@@ -19,6 +19,7 @@ from urllib.parse import quote, urlsplit
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from modelfetch.deadline import with_header_deadline
 from modelfetch.errors import AuthError, FetchError, NotFoundError, SizeMismatch, TransientError
 from modelfetch.pace import RatePolicy
 from modelfetch.retry import RetryPolicy
@@ -75,12 +76,15 @@ class ModelScope:
         self.timeout = urllib3.Timeout(connect=connect_timeout_s, read=self.rate.idle_s)
         # Redirects are followed (the hub answers 302 to object storage); urllib3 drops Authorization and
         # Cookie when the redirect leaves the hub's host. Retries are ours, with backoff and jitter.
-        self.pool = urllib3.PoolManager(
-            num_pools=8,
-            maxsize=connections + 2,
-            retries=urllib3.Retry(total=10, connect=0, read=0, status=0, other=0, redirect=10),
-            timeout=self.timeout,
-            headers={"User-Agent": USER_AGENT},
+        self.pool = with_header_deadline(
+            urllib3.PoolManager(
+                num_pools=8,
+                maxsize=connections + 2,
+                retries=urllib3.Retry(total=10, connect=0, read=0, status=0, other=0, redirect=10),
+                timeout=self.timeout,
+                headers={"User-Agent": USER_AGENT},
+            ),
+            self.rate.headers_s,
         )
 
     def headers(self) -> dict[str, str]:

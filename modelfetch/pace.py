@@ -19,6 +19,7 @@ class RatePolicy:
     min_bps: float = 64 * 1024  # per connection; ModelScope and S3 in region give megabytes per second
     window_s: float = 30.0  # averaged over this long, so a short stall on a good link is not an error
     idle_s: float = 30.0  # no byte at all for this long: the socket read times out
+    headers_s: float = 30.0  # the status line and every header, in all (modelfetch.deadline)
 
     def watch(self, host: str, clock: Callable[[], float] = time.monotonic) -> RateWatch:
         return RateWatch(self, host, clock)

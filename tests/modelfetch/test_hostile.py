@@ -110,3 +110,43 @@ def test_signed_redirect_urls_are_not_logged(hub: LocalScope, small_file, tmp_pa
 def test_bad_options_are_one_line(args: tuple[str, ...], words: str, tmp_path: Path) -> None:
     p = fetch_cli("--repo", "a/b", "--file", "c.gguf", "--dest", str(tmp_path), *args)
     assert p.returncode in (1, 2) and words in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_trickled_response_headers_end_at_the_deadline(tmp_path: Path) -> None:
+    """A status line, then one header byte every 0.2 s: no read times out, the header deadline does."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                try:
+                    while not stop.wait(0.2):
+                        conn.sendall(b"X")
+                except OSError:
+                    continue  # the client gave up: take the retry
+
+    threading.Thread(target=serve, daemon=True).start()
+    host = f"127.0.0.1:{listener.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        p = fetch_cli("--repo", SMALL_REPO, "--file", SMALL_FILE, "--dest", str(tmp_path), "--endpoint",
+                      f"http://{host}", "--retries", "1", "--rate-window", str(TRICKLE_WINDOW_S),
+                      timeout=60)  # fmt: skip
+    finally:
+        stop.set()
+        listener.close()
+    elapsed = time.monotonic() - started
+    assert p.returncode == 1, p.stderr
+    assert f"sent no complete response headers within {TRICKLE_WINDOW_S:.0f} s" in p.stderr and host in p.stderr
+    assert "Traceback" not in p.stderr
+    print(f"trickled headers: refused after {elapsed:.1f} s with a {TRICKLE_WINDOW_S} s deadline and 1 retry")

@@ -3,7 +3,8 @@
 Q1 GPU quota?  yes -> the fastest GPU profile.
 Q2 cost first? yes -> the CPU profile with the lowest yuan per million output tokens.
                no  -> the same model on the next larger instance of that CPU family (more concurrency headroom).
-With the field report's figures this gives GpuMtpStack, GravitonMoeStack and c8g.8xlarge + MoE (no stack yet).
+With the field report's figures this gives GpuMtpStack, GravitonMoeStack and GravitonMoeHeadroomStack (c8g.8xlarge
++ MoE, profiles/serving/graviton-moe-headroom.toml; its speed and price are the report's estimates).
 """
 
 from __future__ import annotations
@@ -136,9 +137,8 @@ def _headroom(
             f"No stack deploys {target} yet. The closest is {base.stack_name} ({base.hardware.instance_type}, same "
             f"model and settings): deploy it and raise the fleet's max capacity (now {base.fleet.max_capacity}) "
             "for headroom.",
-            f'To get {target}: add a profile to catalog/profiles.py (build_profile(..., instance_type="{target}", '
-            f'model="{model}", ...) with a new stack_name) and its stack to the app, then '
-            f"`npx cdk deploy <that stack>`.",
+            f'To get {target}: add profiles/serving/<name>.toml with stack = "<Name>Stack", instance_type = '
+            f'"{target}", model = "{model}" (README: "Adding a profile"), then `npx cdk deploy <Name>Stack`.',
         ]
     base_cost = _for_profile([], base, figures, utilization, source).costs[0]
     instances = costs[0].monthly_cny / base_cost.monthly_cny

@@ -15,8 +15,7 @@ from catalog import model_facts
 from catalog.errors import ProfileError
 from catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
 from catalog.lockfile import read_lock, write_lock
-
-GIB = 1024**3
+from catalog.profiles import deploy_refusal, memory_fit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,15 +71,12 @@ def _lock(root: Path, target: str, endpoint: str | None, lock_file: Path) -> int
 def _check(root: Path, lock_file: Path | None) -> int:
     catalog = load_catalog(root, lock_file=lock_file)
     for p in catalog.profiles.values():
-        plan = p.memory_plan()
-        need = sum(v for k, v in plan.items() if not (p.on_gpu and k == "prompt_cache"))
-        where = f"{p.hardware.gpu} memory" if p.on_gpu else "RAM"
-        capacity = p.hardware.gpu_memory_gib if p.on_gpu else p.hardware.memory_gib
+        need, capacity, where = memory_fit(p)
         stack = p.stack_name or "(no stack)"
         print(f"{p.name}: {stack} {p.hardware.instance_type} + {p.model.name}, MTP {'on' if p.mtp else 'off'}, "
               f"{p.server.parallel} x {p.server.ctx_per_slot} ctx, {p.threads} threads")  # fmt: skip
         print(f"  memory {need:.1f} of {capacity:.1f} GiB of {where}; boot budget {p.boot_budget_s // 60} min")
-        if p.stack_name and not p.model.sha256:
+        if p.stack_name and deploy_refusal(p):
             print(f"  NOT DEPLOYABLE: {p.model.name} has no pinned sha256; run `python -m catalog lock {p.model.name}`")
     print(f"{len(catalog.profiles)} profiles valid ({catalog.root}, {catalog.lock_file})")
     return 0

@@ -97,19 +97,30 @@ def test_q2_cost_first_gives_graviton_moe():
     )
 
 
-def test_headroom_gives_c8g_8xlarge_which_has_no_stack_yet():
+def test_headroom_names_the_c8g_8xlarge_stack():
     r = recommend.recommend(gpu_quota=False, priority="headroom", figures=REPORT)
-    assert (r.stack, r.instance_type, r.model, r.mtp) == (None, "c8g.8xlarge", "Qwen3.6-35B-A3B", False)
+    assert (r.stack, r.instance_type, r.model, r.mtp) == (
+        "GravitonMoeHeadroomStack", "c8g.8xlarge", "Qwen3.6-35B-A3B", False,
+    )  # fmt: skip
     assert (r.tok_s_low, r.tok_s_high) == (45, 50)
-    assert r.deploy == "npx cdk deploy GravitonMoeStack"  # the closest stack
+    assert r.deploy == "npx cdk deploy GravitonMoeHeadroomStack"
     assert f"{r.costs[0].monthly_cny:.2f}" == "1511.50"  # the report's "~¥1,500"
     assert all(c.estimate for c in r.costs)
     text = recommend.render(r)
-    assert "No stack deploys c8g.8xlarge yet" in text
-    assert "closest deploy: npx cdk deploy GravitonMoeStack" in text
-    assert "catalog/profiles.py" in text
+    assert "No stack deploys" not in text
+    assert text.endswith("deploy: npx cdk deploy GravitonMoeHeadroomStack")
     assert "~¥11.66 to ¥12.96" in text
     assert "the same monthly cost buys 2.0 x c8g.4xlarge (GravitonMoeStack), 39.34 tok/s each at ¥7.41" in text
+
+
+def test_headroom_without_its_profile_says_how_to_add_one(monkeypatch: pytest.MonkeyPatch):
+    from catalog import PROFILES
+
+    without = {k: v for k, v in PROFILES.items() if k != "graviton-moe-headroom"}
+    monkeypatch.setattr(recommend, "PROFILES", without)
+    text = recommend.render(recommend.recommend(gpu_quota=False, priority="headroom", figures=REPORT))
+    assert "No stack deploys c8g.8xlarge yet" in text and "profiles/serving/<name>.toml" in text
+    assert "closest deploy: npx cdk deploy GravitonMoeStack" in text
 
 
 def test_gpu_quota_without_a_measured_gpu_profile_falls_through_to_cpu():
@@ -139,7 +150,8 @@ def test_recommend_cli_one_answer_and_the_whole_tree(capsys: pytest.CaptureFixtu
     assert "39.34 tok/s" in out and "¥755.75" in out and "¥7.41" in out
     assert main(["recommend"]) == 0
     tree = capsys.readouterr().out
-    for line in ("deploy: npx cdk deploy GpuMtpStack", "deploy: npx cdk deploy GravitonMoeStack", "c8g.8xlarge"):
+    for line in ("deploy: npx cdk deploy GpuMtpStack", "deploy: npx cdk deploy GravitonMoeStack",
+                 "deploy: npx cdk deploy GravitonMoeHeadroomStack"):  # fmt: skip
         assert line in tree
     assert main(["recommend", "--gpu-quota", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stack"] == "GpuMtpStack"

@@ -1,0 +1,38 @@
+"""Prometheus and promtool from Debian's `prometheus` package, installed by this tier when missing (as root)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OBSERVABILITY = ROOT / "observability"
+
+
+def _install_prometheus() -> None:
+    if os.geteuid() != 0:
+        raise RuntimeError("this tier needs promtool and prometheus: apt-get install prometheus (or run as root)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=900,
+    )
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> dict[str, Path]:
+    """{'prometheus': path, 'promtool': path} (Debian bookworm: Prometheus 2.42)."""
+    found = {name: shutil.which(name, path="/usr/bin:/usr/local/bin") for name in ("prometheus", "promtool")}
+    if not all(found.values()):
+        _install_prometheus()
+        found = {name: shutil.which(name, path="/usr/bin:/usr/local/bin") for name in ("prometheus", "promtool")}
+    assert all(found.values()), found
+    return {name: Path(p) for name, p in found.items() if p}

@@ -27,8 +27,10 @@ Scrape = Mapping[str, MetricFamily]
 @dataclass(frozen=True)
 class Datum:
     name: str
-    value: float
+    value: float  # with values: their weighted mean (for the log line)
     unit: str
+    values: tuple[float, ...] = ()  # a distribution: PutMetricData Values and Counts instead of Value
+    counts: tuple[float, ...] = ()
 
 
 def derive(

@@ -17,6 +17,14 @@ PROMPT_TPS = "PromptTokensPerSecond"  # rate, Count/Second
 DRAFT_ACCEPTANCE = "DraftAcceptanceRate"  # ratio, Percent (0-100)
 SCRAPE_FAILED = "ScrapeFailed"  # 1 when a scrape failed, Count
 
+# Per-request distributions from the timing hop (latencyproxy), published as Values/Counts so that CloudWatch
+# computes fleet-wide percentiles (p50, p95, p99) itself
+TTFT = "TimeToFirstToken"  # Seconds
+INTER_TOKEN_LATENCY = "InterTokenLatency"  # noqa: S105 - a metric name; Seconds
+QUEUE_WAIT = "QueueWait"  # Seconds
+DECODE_TPS = "DecodeTokensPerSecond"  # Count/Second, per request
+REQUEST_DRAFT_ACCEPTANCE = "RequestDraftAcceptance"  # Percent (0-100), per request with drafts
+
 # Dimension names
 DIM_GROUP = "AutoScalingGroupName"
 DIM_INSTANCE = "InstanceId"
@@ -30,3 +38,4 @@ ALL_METRICS = (
     DRAFT_ACCEPTANCE,
     SCRAPE_FAILED,
 )
+LATENCY_METRICS = (TTFT, INTER_TOKEN_LATENCY, QUEUE_WAIT, DECODE_TPS, REQUEST_DRAFT_ACCEPTANCE)

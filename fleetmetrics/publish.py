@@ -11,6 +11,7 @@ from typing import Any
 
 from fleetmetrics import names
 from fleetmetrics.derive import COUNT, Datum, Scrape, derive
+from fleetmetrics.latency import distributions
 from fleetmetrics.scrape import ApiKeySource, ScrapeError, fetch_total_slots, scrape_metrics
 
 log = logging.getLogger("fleetmetrics")
@@ -25,13 +26,30 @@ def metric_data(datums: list[Datum], *, group: str, instance_id: str, timestamp:
         [{"Name": names.DIM_GROUP, "Value": group}, {"Name": names.DIM_INSTANCE, "Value": instance_id}],
     )
     data = [
-        {"MetricName": d.name, "Dimensions": dims, "Timestamp": timestamp, "Value": float(d.value), "Unit": d.unit}
+        {"MetricName": d.name, "Dimensions": dims, "Timestamp": timestamp, "Unit": d.unit, **_values(d)}
         for d in datums
         for dims in levels
     ]
     if len(data) > MAX_DATUMS_PER_CALL:
         raise ValueError(f"{len(data)} datums exceed PutMetricData's {MAX_DATUMS_PER_CALL}")
     return data
+
+
+def _values(d: Datum) -> dict[str, Any]:
+    if d.values:
+        return {"Values": [float(v) for v in d.values], "Counts": [float(c) for c in d.counts]}
+    return {"Value": float(d.value)}
+
+
+def latency_datums(prev: Scrape | None, cur: Scrape) -> list[Datum]:
+    """The hop's histograms as CloudWatch distributions; nothing on the first scrape (no interval yet)."""
+    if prev is None:
+        return []
+    return [
+        Datum(d.name, sum(v * c for v, c in zip(d.values, d.counts, strict=True)) / sum(d.counts), d.unit,
+              tuple(d.values), tuple(d.counts))
+        for d in distributions(prev, cur)
+    ]  # fmt: skip
 
 
 @dataclass
@@ -74,6 +92,7 @@ class Publisher:
                 slots=self._total_slots(key),
                 restarted=restarted,
             )
+            datums += latency_datums(self._prev, scrape.families)
             datums.append(Datum(names.SCRAPE_FAILED, 0.0, COUNT))
             self._prev, self._prev_at, self._start_time = scrape.families, at, scrape.start_time
         self._put(datums, timestamp)

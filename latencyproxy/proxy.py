@@ -134,7 +134,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
             return
         body = body.rstrip(b"\n") + b"\n" + self.server.hop_exposition().encode()
-        self._reply(200, body, response.getheader("Content-Type") or METRICS_CONTENT_TYPE)
+        self.send_response_only(200, response.reason)
+        for name, value in response.getheaders():  # Process-Start-Time-Unix: fleetmetrics sees server restarts
+            if name.lower() not in HOP_BY_HOP and name.lower() not in ("content-length", "content-type"):
+                self.send_header(name, value)
+        self.send_header("Content-Type", response.getheader("Content-Type") or METRICS_CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _send_head(self, response: http.client.HTTPResponse, length: int | None) -> bool:
         """Status and upstream headers; returns whether the body goes chunked."""

@@ -74,6 +74,7 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             body += b"llamacpp:requests_processing 0\n"
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Process-Start-Time-Unix", "1700000000")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

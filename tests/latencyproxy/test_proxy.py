@@ -21,10 +21,12 @@ def _post(server: ProxyServer, body: dict, key: str | None = KEY) -> http.client
     return conn.getresponse()
 
 
-def _metrics(server: ProxyServer, key: str | None = KEY) -> tuple[int, str]:
+def _metrics(server: ProxyServer, key: str | None = KEY, headers: dict | None = None) -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
     conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {key}"} if key else {})
     r = conn.getresponse()
+    if headers is not None:
+        headers.update(r.getheaders())
     return r.status, r.read().decode()
 
 
@@ -77,7 +79,9 @@ def test_without_the_key_upstream_refuses_and_the_hop_relays_it(upstream: Upstre
 
 def test_metrics_are_llama_servers_then_the_hops(upstream: Upstream, hop: ProxyServer) -> None:
     _post(hop, {"stream": False}).read()
-    status, text = _metrics(hop)
+    headers: dict = {}
+    status, text = _metrics(hop, headers=headers)
+    assert headers["Process-Start-Time-Unix"] == "1700000000"  # fleetmetrics detects server restarts by it
     fam = parse_prometheus(text)
     assert status == 200 and fam["llamacpp:requests_processing"].value() == 0
     assert set(names.HISTOGRAMS) <= set(fam) and all(fam[n].type == "histogram" for n in names.HISTOGRAMS)

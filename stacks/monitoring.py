@@ -1,4 +1,5 @@
-"""One dashboard per stack and the alarms an operator needs: no healthy host, 5xx rate, queued requests."""
+"""One dashboard per stack and the alarms an operator needs: no healthy host, 5xx rate, queued requests, slow first
+tokens (P95 TTFT from the timing hop's distributions, computed by CloudWatch across the fleet)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from fleetmetrics import names
 from stacks.scaling import group_metric
 
 FIVE_MIN = Duration.minutes(5)
+# P95 time to first token that pages: a GPU answers a 2k-token prompt in about a second; the CPU stacks take tens
+# of seconds for long prompts, so their threshold is wider. Same shape as observability/rules/alerts.yml.
+TTFT_P95_ALARM_S = {"gpu": 10.0, "cpu": 30.0}
 
 
 class ServiceMonitoring(Construct):
@@ -66,6 +70,27 @@ class ServiceMonitoring(Construct):
             alarm_description=f"{profile.stack_name}: requests queue in llama-server; scaling is not keeping up",
         )
 
+        ttft_p95_limit = TTFT_P95_ALARM_S["gpu" if profile.hardware.has_gpu else "cpu"]
+        self.ttft_p95 = (
+            group_metric(asg, names.TTFT, "p95")
+            .with_(period=FIVE_MIN)
+            .create_alarm(
+                self,
+                "TimeToFirstTokenP95",
+                threshold=ttft_p95_limit,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                evaluation_periods=3,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=(
+                    f"{profile.stack_name}: P95 time to first token above {ttft_p95_limit:g} s for 15 minutes "
+                    "(queueing or long prompts; see QueueWait)"
+                ),
+            )
+        )
+
+        def percentiles(metric: str) -> list[cloudwatch.IMetric]:
+            return [group_metric(asg, metric, p).with_(label=f"{metric} {p}") for p in ("p50", "p95", "p99")]
+
         latency = [
             tg.target_response_time(statistic=p, period=Duration.minutes(1), label=p) for p in ("p50", "p95", "p99")
         ]
@@ -81,6 +106,13 @@ class ServiceMonitoring(Construct):
                 ],
             ),
             _graph("Busy slots %", [group_metric(asg, names.SLOTS_BUSY_RATIO, "Average")]),
+            _graph("Time to first token, s (fleet percentiles)", percentiles(names.TTFT)),
+            _graph("Inter-token latency, s (fleet percentiles)", percentiles(names.INTER_TOKEN_LATENCY)),
+            _graph("Queue wait, s (fleet percentiles)", percentiles(names.QUEUE_WAIT)),
+            _graph(
+                "Decode tokens/s per request (p5 / p50)",
+                [group_metric(asg, names.DECODE_TPS, p).with_(label=f"tok/s {p}") for p in ("p5", "p50")],
+            ),
             _graph("ALB target response time", latency),
             _graph(
                 "ALB 4xx / 5xx",
@@ -92,7 +124,7 @@ class ServiceMonitoring(Construct):
             ),
             _graph("Healthy hosts", [healthy]),
             cloudwatch.AlarmStatusWidget(
-                title="Alarms", alarms=[self.no_healthy_hosts, self.error_rate, self.backlog], width=12
+                title="Alarms", alarms=[self.no_healthy_hosts, self.error_rate, self.backlog, self.ttft_p95], width=12
             ),
         ]
         if profile.mtp:

@@ -15,17 +15,17 @@ from dataclasses import dataclass
 
 from fleetmetrics import names
 from fleetmetrics.prometheus import MetricFamily
-from latencyproxy import names as hop
 
 MAX_VALUES = 150  # PutMetricData: at most 150 distinct values per datum
 
-# hop histogram -> (CloudWatch metric, unit, scale to that unit)
+# hop histogram (latencyproxy/names.py; spelled out so that fleetmetrics runs without latencyproxy installed,
+# tests/fleetmetrics/test_latency.py checks they agree) -> (CloudWatch metric, unit, scale to that unit)
 HISTOGRAMS = {
-    hop.TTFT: (names.TTFT, "Seconds", 1.0),
-    hop.ITL: (names.INTER_TOKEN_LATENCY, "Seconds", 1.0),
-    hop.QUEUE_WAIT: (names.QUEUE_WAIT, "Seconds", 1.0),
-    hop.DECODE_TPS: (names.DECODE_TPS, "Count/Second", 1.0),
-    hop.DRAFT_ACCEPTANCE: (names.REQUEST_DRAFT_ACCEPTANCE, "Percent", 100.0),
+    "gguf_serve_time_to_first_token_seconds": (names.TTFT, "Seconds", 1.0),
+    "gguf_serve_inter_token_latency_seconds": (names.INTER_TOKEN_LATENCY, "Seconds", 1.0),
+    "gguf_serve_queue_wait_seconds": (names.QUEUE_WAIT, "Seconds", 1.0),
+    "gguf_serve_decode_tokens_per_second": (names.DECODE_TPS, "Count/Second", 1.0),
+    "gguf_serve_draft_acceptance_ratio": (names.REQUEST_DRAFT_ACCEPTANCE, "Percent", 100.0),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -13,10 +14,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cdk_context() -> dict:
-    """The context `cdk synth` sees: cdk.json flags plus pinned cdk.context.json (pytest's App reads neither)."""
-    from stacks.app import cli_context
+    """The context `cdk synth` sees: cdk.json flags plus pinned cdk.context.json (pytest's App reads neither),
+    with the tests' model lock, in which the 27B is pinned by the real lock step (tests/catalog/stand_in.py):
+    the committed lock leaves it unpinned, and GpuMtpStack is refused (tests/stacks/test_unpinned_model.py)."""
+    from stacks.app import MODEL_LOCK_CONTEXT, cli_context
 
-    return cli_context()
+    return {**cli_context(), MODEL_LOCK_CONTEXT: str(_pinned_lock())}
+
+
+@functools.cache
+def _pinned_lock() -> Path:
+    import tempfile
+
+    from tests.catalog.stand_in import stand_in_lock
+
+    return stand_in_lock(Path(tempfile.mkdtemp(prefix="model-lock-")))
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,11 @@
 """TEST DATA: a model lock whose Qwen3.6-27B entry the real lock step wrote against localscope.
 
 The real 27B MTP file cannot be read here (no route to ModelScope), so localscope serves a stand-in under its
-repo and file name: the tiny random qwen35 GGUF with one MTP layer (rehearsal/tiny_mtp.py). The lock step reads
-its listing and header over loopback exactly as it would ModelScope's. Only tests use this lock (`-c
-modelLock=<file>`), to synthesize GpuMtpStack as if the 27B had been locked; the committed lock stays typed.
+repo and file name: the tiny random qwen35 GGUF with one MTP layer (rehearsal/tiny_mtp.py), extended with zeros
+(a sparse file, no disk used) to the catalog's planning size of the 27B, so that the stacks keep the volume and
+boot budget they plan for the real file. Its sha256 is the real hash of those bytes, computed once (about a
+minute) and kept beside it for localscope. The lock step reads the listing and the header over loopback exactly
+as it would ModelScope's. Only tests use this lock (`-c modelLock=<file>`); the committed lock stays typed.
 """
 
 from __future__ import annotations
@@ -19,10 +21,33 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 REPO, FILE = "unsloth/Qwen3.6-27B-MTP-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"
 
 
-def stand_in_lock(folder: Path) -> Path:
+def stand_in_gguf() -> Path:
+    """The stand-in file (cached outside the checkout) with its `<file>.sha256` beside it."""
+    import hashlib
+    import os
+
     from rehearsal.tiny_mtp import write
 
-    gguf = write(folder / "tiny-mtp.gguf")
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gguf-serve" / "test-data"
+    size = read_lock(ROOT / "profiles" / "models.lock.toml")["Qwen3.6-27B"].size_bytes
+    path = cache / f"stand-in-{size}" / FILE
+    side = path.with_name(path.name + ".sha256")
+    if side.is_file() and path.is_file() and path.stat().st_size == size:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write(path)
+    with path.open("r+b") as f:
+        f.truncate(size)  # zeros after the tiny model's tensors: never read by the lock or the header check
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+    side.write_text(h.hexdigest() + "\n")
+    return path
+
+
+def stand_in_lock(folder: Path) -> Path:
+    gguf = stand_in_gguf()
     entries = read_lock(ROOT / "profiles" / "models.lock.toml")
     with LocalScope() as hub:
         hub.add_file(REPO, FILE, gguf)

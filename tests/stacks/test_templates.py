@@ -151,9 +151,9 @@ class TestEachStack:
         assert "/v1/chat/completions" in curl and "Authorization: Bearer" in curl
 
 
-def test_three_stacks_named_as_users_type_them(app):
+def test_stacks_named_as_users_type_them(app):
     assert sorted(s.node.id for s in app.node.children if hasattr(s, "stack_name")) == sorted(
-        ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack"]
+        ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack", "GravitonMoeHeadroomStack"]
     )
     assert {p.stack_name for p in PROFILES.values()} == set(STACK_NAMES)
 

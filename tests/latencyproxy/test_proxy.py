@@ -30,6 +30,13 @@ def _metrics(server: ProxyServer, key: str | None = KEY, headers: dict | None = 
     return r.status, r.read().decode()
 
 
+def _recorded(server: ProxyServer, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while server.metrics.histograms[names.DURATION].snapshot()[2] < n:
+        assert time.monotonic() < deadline, f"fewer than {n} requests recorded"
+        time.sleep(0.01)
+
+
 def test_stream_arrives_piece_by_piece_not_buffered(upstream: Upstream, hop: ProxyServer) -> None:
     r = _post(hop, {"stream": True, "messages": []})
     assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
@@ -42,6 +49,7 @@ def test_stream_arrives_piece_by_piece_not_buffered(upstream: Upstream, hop: Pro
     upstream.gate.set()
     seen += r.read()
     assert seen.endswith(b"data: [DONE]\n\n") and seen.count(b"data: ") == 7
+    _recorded(hop, 1)  # the hop records a request after its last byte went out
     status, text = _metrics(hop)
     fam = parse_prometheus(text)
     assert fam[names.TTFT].samples[-1].value == 1
@@ -79,6 +87,7 @@ def test_without_the_key_upstream_refuses_and_the_hop_relays_it(upstream: Upstre
 
 def test_metrics_are_llama_servers_then_the_hops(upstream: Upstream, hop: ProxyServer) -> None:
     _post(hop, {"stream": False}).read()
+    _recorded(hop, 1)
     headers: dict = {}
     status, text = _metrics(hop, headers=headers)
     assert headers["Process-Start-Time-Unix"] == "1700000000"  # fleetmetrics detects server restarts by it

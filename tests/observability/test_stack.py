@@ -152,7 +152,7 @@ def test_percentiles_reach_prometheus(stack) -> None:
     count = _wait(lambda: prom.scalar(f'sum({names.TTFT}_count{{job="gguf-serve"}}) == 12'), 30, "12 TTFT observations")
     assert count == 12
     assert prom.scalar(f'sum({names.REQUESTS}{{code="200"}})') == 12
-    assert prom.scalar(f'sum({names.REQUESTS}{{code="401"}})') == 1
+    assert _wait(lambda: prom.scalar(f'sum({names.REQUESTS}{{code="401"}})'), 10, "the refused request") == 1
     assert prom.scalar('up{job="wrong-key"}') == 0, "the hop served /metrics to a wrong key"
 
     def q(metric: str, quantile: float) -> float:  # over every observation so far: no rate-window guesswork

@@ -281,7 +281,7 @@ def test_build_script_refuses_a_pair_that_would_become_a_docker_option(tmp_path)
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    for folder in ("docker", *APP_PACKAGES):
+    for folder in ("docker", *APP_PACKAGES, "profiles"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -300,11 +300,10 @@ def _edit(path: Path, pattern: str, replacement: str) -> None:
 
 def test_price_and_description_edits_leave_both_tags_unchanged(tree):
     before = _keys(tree)
-    _edit(tree / "catalog" / "hardware.py", r"ri_1yr_all_upfront_cny=\d+", "ri_1yr_all_upfront_cny=1")
-    _edit(tree / "catalog" / "hardware.py", r"on_demand_cny_per_hour=[\d.]+", "on_demand_cny_per_hour=0.01")
-    _edit(tree / "catalog" / "profiles.py", r'description="[^"]*"', 'description="cheaper now"')
-    _edit(tree / "catalog" / "hardware.py", r'^"""[^\n]*', '"""A new module docstring."""')
-    (tree / "catalog" / "hardware.py").write_text((tree / "catalog" / "hardware.py").read_text() + "# a comment\n")
+    _edit(tree / "profiles" / "hardware.toml", r"ri_1yr_all_upfront_cny = \d+", "ri_1yr_all_upfront_cny = 1")
+    serving = sorted((tree / "profiles" / "serving").glob("*.toml"))[0]
+    _edit(serving, r'description = "[^"]*"', 'description = "cheaper now"')
+    _edit(tree / "catalog" / "profiles.py", r'^"""[^\n]*', '"""A new module docstring."""')  # not in the image
     assert _keys(tree) == before
 
 
@@ -313,7 +312,7 @@ def test_a_runtime_change_rebuilds_only_the_application_layer(tree):
     _edit(tree / "launcher" / "cli.py", r"\n", "\n# changed\n")
     new_base, new_app = _keys(tree)
     assert new_base == base and new_app != app
-    _edit(tree / "catalog" / "hardware.py", r"physical_cores=16", "physical_cores=15")  # read by the launcher
+    _edit(tree / "catalog" / "runtime.py", r"\n", "\n# changed\n")  # the loader the container runs
     assert _keys(tree)[0] == base and _keys(tree)[1] != new_app
 
 

@@ -4,6 +4,8 @@
     profiles/models.toml          ["<model>"]: the ModelScope repo and file, parameters, quantization
     profiles/models.lock.toml     written by `python -m catalog lock`: size, sha256, GGUF header facts
     profiles/serving/<name>.toml  one serving profile each: instance, model, image, [server], [fleet], stack
+    profiles/workstation/<name>.toml  one GPU workstation profile each: a [workstation."<card>"] of
+                                  hardware.toml, model, [server]; no stack, fleet or price (python -m workstation)
 
 Every error names the file and key and says what to write instead; a profile that cannot work is refused with
 the same messages as catalog.profiles' validation (memory fit, architecture, MTP, threads, slots, GPU).
@@ -15,7 +17,8 @@ import json
 import tomllib
 import types
 import typing
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import replace as dataclass_replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,8 @@ class Catalog:
     profiles: dict[str, Any]  # name -> catalog.profiles.ServingProfile
     root: Path
     lock_file: Path
+    workstations: dict[str, Hardware] = field(default_factory=dict)  # [workstation."<card>"]: GPU machines
+    workstation_profiles: dict[str, Any] = field(default_factory=dict)  # profiles/workstation/*.toml; never stacks
 
     def profile_by_stack(self, stack_name: str) -> Any:
         for p in self.profiles.values():
@@ -70,7 +75,12 @@ def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None) ->
             raise ProfileError(f"{path}: stack {p.stack_name!r} is already {stacks[p.stack_name]}'s; pick another")
         stacks[p.stack_name] = path
         profiles[p.name] = p
-    return Catalog(hardware, models, locks, profiles, root, lock_file)
+    cards = load_workstations(root / "hardware.toml")
+    workstation_profiles = {
+        path.stem: load_workstation_profile(path, cards=cards, models=models)
+        for path in sorted((root / "workstation").glob("*.toml"))
+    }
+    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles)
 
 
 # --- files -------------------------------------------------------------------------------------------------------
@@ -97,7 +107,7 @@ def _table(value: Any, where: str) -> dict[str, Any]:
 
 def load_hardware(path: Path) -> dict[str, Hardware]:
     doc = _toml(path)
-    _only(doc, {"ami", "instance"}, _where(path, "(top level)"))
+    _only(doc, {"ami", "instance", "workstation"}, _where(path, "(top level)"))
     amis = _table(doc.get("ami", {}), _where(path, "ami"))
     out = {}
     for name, table in _table(doc.get("instance", {}), _where(path, "instance")).items():
@@ -113,6 +123,33 @@ def load_hardware(path: Path) -> dict[str, Hardware]:
         if "architecture" in table:
             table["architecture"] = _enum(Architecture, table["architecture"], f"{where}.architecture")
         out[name] = _build(Hardware, {"instance_type": name, **table}, where, skip={"instance_type"})
+    return out
+
+
+_WORKSTATION_KEYS = {"gpu", "gpu_memory_gib", "memory_gib", "vcpus", "physical_cores", "cpu", "architecture",
+                     "host_reserve_gib"}  # fmt: skip
+
+
+def load_workstations(path: Path) -> dict[str, Hardware]:
+    """[workstation."<card>"]: one GPU machine each (the card, and the RAM and cores of the box it sits in).
+
+    No AMI, stack, fleet or price: a workstation is bought, not launched. Its RAM is an input of the fit (it holds
+    the experts --n-cpu-moe keeps on the CPU); a workstation profile may override it with host_memory_gib.
+    """
+    doc = _toml(path)
+    out = {}
+    instances = _table(doc.get("instance", {}), _where(path, "instance"))
+    for name, table in _table(doc.get("workstation", {}), _where(path, "workstation")).items():
+        where = _where(path, "workstation", name)
+        table = {"architecture": "x86_64", **_table(table, where)}
+        if name in instances:
+            raise ProfileError(f"{where}: {name!r} is also an [instance.*]; give the workstation another name")
+        _only(table, _WORKSTATION_KEYS, where)
+        if not isinstance(table.get("gpu"), str):
+            raise ProfileError(f"{where}: gpu is missing or not a string (a workstation is a GPU machine)")
+        table["architecture"] = _enum(Architecture, table["architecture"], f"{where}.architecture")
+        values = {"instance_type": name, "ami_ssm_parameter": "", "ami_root_snapshot_gib": 0, **table}
+        out[name] = _build(Hardware, values, where, skip={"instance_type", "ami_ssm_parameter"})
     return out
 
 
@@ -145,6 +182,12 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
             "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
             "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
             "recurrent_state_bytes_per_slot": model_facts.recurrent_state_bytes(facts, lock_where),
+            "expert_bytes_per_layer": tuple(
+                lock.tensors.get("expert_bytes")
+                or model_facts.estimated_expert_bytes(
+                    facts, lock.size_bytes, declared.get("total_params_b", 0), lock_where
+                )
+            ),
         }
         out[name] = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
     return out
@@ -197,6 +240,78 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
         image=image,
         fleet=_build(FleetSettings, fleet_doc, f"{where}: fleet"),
         description=description,
+    )
+
+
+_WORKSTATION_PROFILE_KEYS = {"workstation", "model", "image", "description", "host_memory_gib", "server"}
+
+
+def load_workstation_profile(path: Path, *, cards: dict[str, Hardware], models: dict[str, ModelArtifact]) -> Any:
+    """profiles/workstation/<name>.toml -> a ServingProfile on a [workstation.*] machine, n_cpu_moe resolved.
+
+    [server] as in a serving profile, with gpu_layers "all" by default and n_cpu_moe = "auto" (default: the
+    fewest blocks whose experts must stay in host RAM for the rest to fit the card), "all" (--cpu-moe) or N.
+    """
+    from catalog.images import IMAGE_TARGETS
+    from catalog.profiles import ServingProfile, fit_on, plan_memory, smallest_fit, suggest_card
+
+    doc = _toml(path)
+    where = f"{path}"
+    if "stack" in doc or "fleet" in doc:
+        raise ProfileError(f"{where}: a workstation profile is never a stack; put stacks in profiles/serving/")
+    _only(doc, _WORKSTATION_PROFILE_KEYS, where)
+    for key in ("workstation", "model"):
+        if not isinstance(doc.get(key), str):
+            raise ProfileError(f"{where}: {key} is missing or not a string")
+    hw = _pick(cards, doc["workstation"], "workstation", f"{where}: workstation", "profiles/hardware.toml")
+    if "host_memory_gib" in doc:
+        if not _is(doc["host_memory_gib"], float) or doc["host_memory_gib"] <= 0:
+            raise ProfileError(f"{where}: host_memory_gib must be a positive number, got {doc['host_memory_gib']!r}")
+        hw = dataclass_replace(hw, memory_gib=float(doc["host_memory_gib"]))
+    if doc["model"] not in models:
+        raise ProfileError(
+            f"{where}: model {doc['model']!r} is not locked: declare it in profiles/models.toml and run "
+            f"`python -m catalog lock {doc['model']}` (locked: {', '.join(sorted(models)) or 'none'})"
+        )
+    model = models[doc["model"]]
+    image = _pick(IMAGE_TARGETS, doc.get("image", "cuda"), "image target", f"{where}: image", "catalog/images.py")
+    server_doc = {"gpu_layers": "all", "n_cpu_moe": "auto", **_table(doc.get("server", {}), f"{where}: server")}
+    spec = server_doc.pop("speculative", None)
+    if spec is not None:
+        server_doc["speculative"] = _build(Speculative, _table(spec, f"{where}: server.speculative"),
+                                           f"{where}: server.speculative")  # fmt: skip
+    if server_doc["gpu_layers"] == "all":
+        server_doc["gpu_layers"] = ALL_LAYERS
+    auto = server_doc["n_cpu_moe"] == "auto"
+    if auto or server_doc["n_cpu_moe"] == "all":
+        server_doc["n_cpu_moe"] = ALL_LAYERS if server_doc["n_cpu_moe"] == "all" else 0
+    server = _build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"})
+    if server.gpu_layers > 0:
+        fit = smallest_fit(model, server, hw) if auto and model.expert_bytes_per_layer else fit_on(model, server, hw)
+        if not fit.fits:
+            raise ProfileError(f"{where}: {_refusal(model, server, hw, fit, cards, plan_memory)}; "
+                               f"{suggest_card(model, server, cards, but=hw.instance_type)}")  # fmt: skip
+        server = dataclass_replace(server, n_cpu_moe=fit.n_cpu_moe)
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise ProfileError(f"{where}: description must be a string")
+    return ServingProfile(
+        name=path.stem, stack_name="", hardware=hw, model=model, server=server, image=image, description=description
+    )
+
+
+def _refusal(model: ModelArtifact, server: ServerSettings, hw: Hardware, fit: Any, cards: Any, plan: Any) -> str:
+    """What does not fit, with the arithmetic: GPU memory first, then the host RAM the CPU-side experts need."""
+    if fit.gpu_need_gib > fit.gpu_gib:
+        gpu_plan = plan(model, dataclass_replace(server, n_cpu_moe=fit.n_cpu_moe), reserve_gib=None)
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in gpu_plan.items() if k not in ("prompt_cache", "cpu_experts"))
+        flag = f" with {fit.flag}" if fit.n_cpu_moe else ""
+        return (f"{model.name} needs {fit.gpu_need_gib:.1f} GiB of GPU memory{flag} ({parts}) but {hw.instance_type} "
+                f"({hw.gpu}) has {fit.gpu_gib:.1f} GiB")  # fmt: skip
+    return (
+        f"{model.name} fits {hw.instance_type}'s {fit.gpu_gib:.1f} GiB of GPU memory only with {fit.flag}, which "
+        f"needs {fit.host_need_gib:.1f} GiB of host RAM (experts, prompt cache, reserve) but it has "
+        f"{fit.host_gib:.1f} GiB; lower cache_ram_mib or add RAM (host_memory_gib)"
     )
 
 

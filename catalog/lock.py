@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from catalog.lockfile import LockedModel
 
 BLOCK = 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # a Qwen3.6 header (250k-token vocabulary and merges) is about 10 MB
+MAX_TENSORS = 100_000  # a 35B MoE file has about 800; ggml's own limits: 4 dimensions, 64-byte names
+MAX_DIMS, MAX_NAME = 4, 64
 
 
 class RangedFile(io.RawIOBase):
@@ -93,6 +96,7 @@ def lock_model(name: str, *, repo: str, file: str, revision: str = "master", end
             )
         remote = RangedFile(client.source(repo, revision, file, listed.size), listed.size)
         meta = read_metadata_from(remote, size=listed.size, max_array=1024, label=f"{repo}/{file}")
+        tensors = read_tensor_infos(remote, meta["GGUF.tensor_count"], label=f"{repo}/{file}")
     except (FetchError, GGUFError) as e:
         raise ProfileError(f"cannot lock {name}: {e}") from None
     finally:
@@ -105,10 +109,68 @@ def lock_model(name: str, *, repo: str, file: str, revision: str = "master", end
         locked_from="listing",
         size_bytes=listed.size,
         sha256=listed.sha256,
-        header=model_facts.header_facts(meta),
+        header=(facts := model_facts.header_facts(meta)),
+        tensors=tensor_facts(tensors, facts),
         commit=listed.commit,
         endpoint=client.endpoint,
         header_bytes_read=remote.bytes_read,
         locked_at=datetime.datetime.now(datetime.UTC).date().isoformat(),
     )
     return LockResult(entry, remote.bytes_read, remote.requests)
+
+
+def read_tensor_infos(f: Any, count: int, *, label: str = "GGUF") -> list[tuple[str, int]]:
+    """(name, bytes) of every tensor, from the tensor info table that follows the key/value section.
+
+    Each entry: name (u64 length + bytes), n_dims (u32), n_dims x u64 dimensions, ggml type (u32), offset (u64)
+    (ggml/src/gguf.cpp). Bytes are ggml's: elements / block size x type size (gguf.GGML_QUANT_SIZES).
+    """
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from modelfetch.gguf import GGUFError
+
+    pos = f.tell()
+    f.seek(0)
+    first = f.read(8)
+    f.seek(pos)
+    endian = ">" if len(first) == 8 and struct.unpack("<I", first[4:])[0] & 0xFFFF == 0 else "<"
+
+    def unpack(fmt: str) -> Any:
+        fmt = endian + fmt
+        data = f.read(struct.calcsize(fmt))
+        if len(data) != struct.calcsize(fmt):
+            raise GGUFError(f"{label}: truncated tensor info table")
+        return struct.unpack(fmt, data)
+
+    if count > MAX_TENSORS:
+        raise GGUFError(f"{label}: implausible tensor count {count:,}")
+    out = []
+    for _ in range(count):
+        (n,) = unpack("Q")
+        if n > MAX_NAME * 4:
+            raise GGUFError(f"{label}: implausible tensor name length {n}")
+        name = f.read(n).decode("utf-8", errors="replace")
+        (dims,) = unpack("I")
+        if not 1 <= dims <= MAX_DIMS:
+            raise GGUFError(f"{label}: tensor {name!r} has {dims} dimensions")
+        shape = unpack(f"{dims}Q")
+        ggml_type, _offset = unpack("IQ")
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+        except (ValueError, KeyError):
+            raise GGUFError(f"{label}: tensor {name!r} has unknown ggml type {ggml_type}") from None
+        elements = 1
+        for d in shape:
+            elements *= d
+        out.append((name, elements // block * type_size))
+    return out
+
+
+def tensor_facts(tensors: list[tuple[str, int]], facts: dict[str, Any]) -> dict[str, Any]:
+    """What the lock keeps of the tensor table: the count and, for MoE files, expert bytes per block."""
+    out: dict[str, Any] = {"count": len(tensors)}
+    blocks = facts.get("block_count")
+    expert_bytes = model_facts.expert_bytes_from_tensors(tensors, blocks) if isinstance(blocks, int) else []
+    if expert_bytes:
+        out["expert_bytes"] = expert_bytes
+    return out

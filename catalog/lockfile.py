@@ -22,6 +22,8 @@ HEADER = """\
 # facts from the file's own header read with HTTP Range requests (header_bytes_read bytes, not the file).
 # locked_from = "typed": not locked from a live listing yet; `source` says where each number comes from.
 # Memory fit and the MTP check are computed from [gguf] (catalog/model_facts.py); nothing else is typed.
+# [tensors] (from the header's tensor info table, same reads): count, and expert_bytes per block for MoE files
+# (the tensors --n-cpu-moe keeps in host RAM). Entries without it estimate expert bytes from [gguf].
 """
 
 
@@ -40,6 +42,7 @@ class LockedModel:
     header_bytes_read: int | None = None
     locked_at: str | None = None  # UTC date of the lock
     source: str = ""
+    tensors: dict[str, Any] = field(default_factory=dict)  # from the tensor info table: count, expert_bytes
 
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -55,7 +58,9 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "locked_at": str,
     "source": str,
     "gguf": dict,
+    "tensors": dict,  # optional (entries locked before it have none): see TENSOR_KEYS
 }
+TENSOR_KEYS = {"count": int, "expert_bytes": list}
 _REQUIRED = ("repo", "file", "revision", "locked_from", "size_bytes", "gguf")
 
 
@@ -86,8 +91,16 @@ def _entry(name: str, table: Any, path: Path) -> LockedModel:
     header = table["gguf"]
     if not isinstance(header.get("architecture"), str):
         raise ProfileError(f"{where}.gguf: missing architecture (general.architecture)")
-    values = {"sha256": None, **{k: v for k, v in table.items() if k != "gguf"}}
-    return LockedModel(name=name, header=header, **values)
+    tensors = table.get("tensors", {})
+    for key, value in tensors.items():
+        kind = TENSOR_KEYS.get(key)
+        if kind is None or not isinstance(value, kind) or isinstance(value, bool):
+            raise ProfileError(f"{where}.tensors: {key} = {value!r} is not one of {', '.join(TENSOR_KEYS)}")
+    expert_bytes = tensors.get("expert_bytes", [])
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in expert_bytes):
+        raise ProfileError(f"{where}.tensors: expert_bytes must list non-negative integers, one per block")
+    values = {"sha256": None, **{k: v for k, v in table.items() if k not in ("gguf", "tensors")}}
+    return LockedModel(name=name, header=header, tensors=tensors, **values)
 
 
 def write_lock(path: Path, entries: dict[str, LockedModel]) -> None:
@@ -103,6 +116,10 @@ def write_lock(path: Path, entries: dict[str, LockedModel]) -> None:
         out.append(f"\n[{json.dumps(name)}.gguf]")
         for key, value in e.header.items():
             out.append(f"{_key(key)} = {_value(value)}")
+        if e.tensors:
+            out.append(f"\n[{json.dumps(name)}.tensors]")
+            for key, value in e.tensors.items():
+                out.append(f"{_key(key)} = {_value(value)}")
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(out) + "\n")
     tmp.replace(path)

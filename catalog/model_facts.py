@@ -7,6 +7,7 @@ The facts are the header's own keys without the `<arch>.` prefix (`block_count`,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from catalog.errors import ProfileError
@@ -14,6 +15,10 @@ from catalog.errors import ProfileError
 KV_CACHE_BYTES = 2  # f16 K and V: llama-server's default --cache-type-k/-v
 RECURRENT_BYTES = 4  # llama_memory_recurrent keeps conv and SSM state in f32
 DEFAULT_FULL_ATTENTION_INTERVAL = 4  # llama.cpp's default for qwen35/qwen35moe when the key is absent
+# The tensors `--n-cpu-moe N` keeps in host RAM for each of the first N blocks: llama.cpp's LLM_FFN_EXPS_REGEX
+# ("\\.ffn_(up|down|gate|gate_up)_(ch|)exps", common/common.h, b11312) behind `blk\\.<i>`, searched in the name.
+EXPERT_TENSOR = re.compile(r"blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+EXPERT_MATRICES = 3  # gate, up and down projections per expert
 
 # The header keys the lock records: enough for the memory plan, the MTP check and a reader's picture of the model.
 HEADER_KEYS = (
@@ -27,6 +32,7 @@ HEADER_KEYS = (
     "attention.sliding_window",
     "expert_count",
     "expert_used_count",
+    "expert_feed_forward_length",
     "nextn_predict_layers",
     "full_attention_interval",
     "ssm.conv_kernel",
@@ -113,3 +119,31 @@ def recurrent_state_bytes(facts: dict[str, Any], where: str = "model") -> int:
     groups = _int(facts, "ssm.group_count", where)
     per_layer = max(conv - 1, 0) * (inner + 2 * groups * state) + state * inner
     return len(layers) * per_layer * RECURRENT_BYTES
+
+
+def expert_bytes_from_tensors(tensors: list[tuple[str, int]], n_blocks: int) -> list[int]:
+    """Bytes of the expert tensors per block, from (name, bytes) of the file's tensor info table; [] if dense."""
+    per_block = [0] * n_blocks
+    for name, size in tensors:
+        m = EXPERT_TENSOR.search(name)
+        if m and int(m.group(1)) < n_blocks:
+            per_block[int(m.group(1))] += size
+    return per_block if any(per_block) else []
+
+
+def estimated_expert_bytes(facts: dict[str, Any], size_bytes: int, total_params_b: float, where: str) -> list[int]:
+    """Expert bytes per block from header facts alone, for a lock without the tensor table (a typed entry).
+
+    Each block holds expert_count experts of EXPERT_MATRICES matrices of embedding_length x
+    expert_feed_forward_length weights; every block carries them, the MTP (nextn) block too. Bytes per weight is
+    the file's average, size_bytes / (total_params_b x 1e9): a mixed quantization (UD-Q4_K_M) gives the experts
+    about the file's mean bits, the larger attention and embedding types pull the mean slightly up, so this
+    errs towards more bytes on the CPU. `python -m catalog lock` replaces it with the tensors' own sizes.
+    """
+    experts = facts.get("expert_count", 0)
+    if not experts or total_params_b <= 0:
+        return []
+    ff = _int(facts, "expert_feed_forward_length", where)
+    params = EXPERT_MATRICES * _int(facts, "expert_count", where) * _int(facts, "embedding_length", where) * ff
+    per_block = round(params * size_bytes / (total_params_b * 1e9))
+    return [per_block] * _int(facts, "block_count", where)

@@ -22,6 +22,7 @@ class ModelArtifact:
     recurrent_state_bytes_per_slot: int = 0  # linear-attention state, fixed per slot (computed)
     revision: str = "master"  # content is pinned by sha256 where known
     quantization: str = "Q4_K_M"
+    expert_bytes_per_layer: tuple[int, ...] = ()  # MoE expert tensors per block (catalog.model_facts); () if dense
 
     @property
     def is_moe(self) -> bool:

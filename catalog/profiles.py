@@ -18,7 +18,7 @@ from catalog.hardware import GIB, Architecture, Hardware
 from catalog.images import IMAGE_TARGETS, ImageTarget
 from catalog.models import ModelArtifact
 from catalog.runtime import RuntimeModel, RuntimeSpec
-from catalog.server import ServerSettings, Speculative
+from catalog.server import ALL_LAYERS, ServerSettings, Speculative
 
 GPU_COMPUTE_RESERVE_GIB = 1.5  # CUDA context and compute buffers beside weights and KV cache
 # PutLifecycleHook HeartbeatTimeout: "from 30 to 7200 seconds" (EC2 Auto Scaling API Reference). The stack's
@@ -85,15 +85,9 @@ class ServingProfile:
         }
 
     def memory_plan(self) -> dict[str, float]:
-        """GiB needed where the weights live (host RAM or GPU memory)."""
-        m, s = self.model, self.server
-        return {
-            "weights": m.size_bytes / GIB,
-            "kv_cache": m.kv_bytes_per_token * s.ctx_total / GIB,
-            "recurrent_state": m.recurrent_state_bytes_per_slot * s.parallel / GIB,
-            "prompt_cache": s.cache_ram_mib / 1024,
-            "reserve": GPU_COMPUTE_RESERVE_GIB if self.on_gpu else self.hardware.host_reserve_gib,
-        }
+        """GiB needed where the weights live (host RAM or GPU memory); `cpu_experts` when n_cpu_moe keeps some
+        expert weights in host RAM (then `weights` is the GPU's share)."""
+        return plan_memory(self.model, self.server, reserve_gib=None if self.on_gpu else self.hardware.host_reserve_gib)
 
     @property
     def on_gpu(self) -> bool:
@@ -138,7 +132,9 @@ class ServingProfile:
             name=d["name"],
             stack_name=d["stack_name"],
             hardware=Hardware(**hw),
-            model=ModelArtifact(**d["model"]),
+            model=ModelArtifact(
+                **{**d["model"], "expert_bytes_per_layer": tuple(d["model"]["expert_bytes_per_layer"])}
+            ),
             server=ServerSettings(**srv),
             image=ImageTarget(**img),
             fleet=_fleet_from_json(d["fleet"]),
@@ -208,6 +204,12 @@ def _validate(p: ServingProfile) -> None:
             raise ProfileError(f"{where}: MTP with parallel={s.parallel} loses draft acceptance; use parallel=1")
         if not 1 <= s.speculative.draft_n_max <= 8:
             raise ProfileError(f"{where}: draft_n_max must be 1-8 (the report found 2 best)")
+    if s.n_cpu_moe < 0:
+        raise ProfileError(f"{where}: n_cpu_moe must be 0 (all on the GPU), a block count, or 'all'")
+    if s.n_cpu_moe and not p.on_gpu:
+        raise ProfileError(f"{where}: n_cpu_moe={s.n_cpu_moe} without GPU layers: every weight is on the CPU already")
+    if s.n_cpu_moe and not m.expert_bytes_per_layer:
+        raise ProfileError(f"{where}: n_cpu_moe={s.n_cpu_moe} but {m.name} is dense (no expert tensors); set 0")
     if s.ctx_per_slot < 512 or s.parallel < 1:
         raise ProfileError(f"{where}: ctx_per_slot must be at least 512 and parallel at least 1")
     if s.threads is not None and not 1 <= s.threads <= hw.vcpus:
@@ -234,6 +236,91 @@ def _plan_text(plan: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in plan.items())
 
 
+def cpu_expert_bytes(model: ModelArtifact, n_cpu_moe: int) -> int:
+    """Bytes of expert weights `--n-cpu-moe n_cpu_moe` keeps in host RAM (ALL_LAYERS: `--cpu-moe`, every block)."""
+    return sum(model.expert_bytes_per_layer[: max(n_cpu_moe, 0)])
+
+
+def plan_memory(model: ModelArtifact, server: ServerSettings, *, reserve_gib: float | None) -> dict[str, float]:
+    """A profile's memory plan in GiB; reserve_gib None: on the GPU (its compute reserve)."""
+    on_gpu = reserve_gib is None
+    cpu_experts = cpu_expert_bytes(model, server.n_cpu_moe) if on_gpu else 0
+    plan = {
+        "weights": (model.size_bytes - cpu_experts) / GIB,
+        "kv_cache": model.kv_bytes_per_token * server.ctx_total / GIB,
+        "recurrent_state": model.recurrent_state_bytes_per_slot * server.parallel / GIB,
+        "prompt_cache": server.cache_ram_mib / 1024,
+        "reserve": GPU_COMPUTE_RESERVE_GIB if reserve_gib is None else reserve_gib,
+    }
+    if cpu_experts:
+        plan["cpu_experts"] = cpu_experts / GIB
+    return plan
+
+
+@dataclass(frozen=True)
+class CardFit:
+    """How a model and server settings sit on one GPU machine (a workstation card, or a GPU instance)."""
+
+    n_cpu_moe: int  # 0: every weight on the GPU; ALL_LAYERS: --cpu-moe
+    gpu_need_gib: float  # weights on the GPU, KV cache, recurrent state, compute reserve
+    host_need_gib: float  # experts kept in host RAM, prompt cache, host reserve
+    gpu_gib: float
+    host_gib: float
+
+    @property
+    def fits(self) -> bool:
+        return self.gpu_need_gib <= self.gpu_gib and self.host_need_gib <= self.host_gib
+
+    @property
+    def flag(self) -> str:
+        if self.n_cpu_moe >= ALL_LAYERS:
+            return "--cpu-moe"
+        return f"--n-cpu-moe {self.n_cpu_moe}" if self.n_cpu_moe else "every layer on the GPU"
+
+
+def fit_on(model: ModelArtifact, server: ServerSettings, hw: Hardware, n_cpu_moe: int | None = None) -> CardFit:
+    """The fit with server.n_cpu_moe (or n_cpu_moe); host RAM holds the CPU-side experts and the prompt cache."""
+    if n_cpu_moe is not None:
+        server = replace(server, n_cpu_moe=n_cpu_moe)
+    plan = plan_memory(model, server, reserve_gib=None)
+    gpu = plan["weights"] + plan["kv_cache"] + plan["recurrent_state"] + plan["reserve"]
+    host = plan.get("cpu_experts", 0.0) + plan["prompt_cache"] + hw.host_reserve_gib
+    return CardFit(server.n_cpu_moe, gpu, host, hw.gpu_memory_gib, hw.memory_gib)
+
+
+def smallest_fit(model: ModelArtifact, server: ServerSettings, hw: Hardware) -> CardFit:
+    """The fit with the fewest blocks' experts on the CPU (0 first, then 1, 2, ... then all). When none fits:
+    the first that fits the GPU (host RAM is what is short), else all experts on the CPU. Fewer experts on the
+    CPU is faster: each CPU block's experts are read from host memory for every token."""
+    blocks = len(model.expert_bytes_per_layer)
+    tried = [fit_on(model, server, hw, 0)]
+    for n in range(1, blocks + 1):
+        if tried[-1].fits:
+            return tried[-1]
+        tried.append(fit_on(model, server, hw, ALL_LAYERS if n == blocks else n))
+    return next((f for f in tried if f.gpu_need_gib <= f.gpu_gib), tried[-1])
+
+
+def suggest_card(model: ModelArtifact, server: ServerSettings, cards: dict[str, Hardware], *, but: str = "") -> str:
+    """Which card size would fit: the smallest that holds the whole model, and a smaller one with n_cpu_moe."""
+    ranked = sorted((hw for name, hw in cards.items() if name != but), key=lambda hw: hw.gpu_memory_gib)
+    whole = next((hw for hw in ranked if fit_on(model, server, hw, 0).fits), None)
+    parts = []
+    if whole is not None:
+        parts.append(f"a {round(whole.gpu_memory_gib)} GB card fits it ({whole.instance_type})")
+    for hw in ranked:
+        fit = smallest_fit(model, server, hw)
+        if fit.n_cpu_moe and fit.fits and (whole is None or hw.gpu_memory_gib < whole.gpu_memory_gib):
+            parts.append(
+                f"{round(hw.gpu_memory_gib)} GB with {fit.flag} ({hw.instance_type}, "
+                f"{fit.host_need_gib:.1f} of {hw.memory_gib:.0f} GiB RAM)"
+            )
+            break
+    if not parts:
+        return "no card in profiles/hardware.toml fits it: lower ctx_per_slot or cache_ram_mib, or pick a smaller model"
+    return ", or ".join(parts)
+
+
 def memory_fit(p: ServingProfile) -> tuple[float, float, str]:
     """GiB needed where the weights live, GiB there, and what that memory is (RAM or the GPU's)."""
     plan = p.memory_plan()
@@ -257,7 +344,16 @@ def deploy_refusal(p: ServingProfile) -> str | None:
 def _check_memory(p: ServingProfile) -> None:
     plan = p.memory_plan()
     device_need, capacity, where = memory_fit(p)
-    if p.on_gpu:
+    if p.on_gpu and "cpu_experts" in plan:
+        host_need = plan["cpu_experts"] + plan["prompt_cache"] + p.hardware.host_reserve_gib
+        if host_need > p.hardware.memory_gib:
+            raise ProfileError(
+                f"profile {p.name!r}: n_cpu_moe={p.server.n_cpu_moe} keeps {plan['cpu_experts']:.1f} GiB of expert "
+                f"weights in host RAM; with the prompt cache {plan['prompt_cache']:.1f} and reserve "
+                f"{p.hardware.host_reserve_gib:.1f} that is {host_need:.1f} GiB, more than {p.hardware.memory_gib:.1f} "
+                "GiB of host RAM; lower cache_ram_mib or n_cpu_moe, or add RAM"
+            )
+    elif p.on_gpu:
         host_need = plan["prompt_cache"] + p.hardware.host_reserve_gib
         if host_need > p.hardware.memory_gib:
             raise ProfileError(
@@ -265,7 +361,9 @@ def _check_memory(p: ServingProfile) -> None:
                 f"{p.hardware.memory_gib} GiB of host RAM; lower cache_ram_mib"
             )
     if device_need > capacity:
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in plan.items() if k != "prompt_cache" or not p.on_gpu)
+        parts = ", ".join(
+            f"{k} {v:.1f}" for k, v in plan.items() if k not in ("cpu_experts", "prompt_cache") or not p.on_gpu
+        )
         raise ProfileError(
             f"profile {p.name!r}: {p.model.name} needs {device_need:.1f} GiB ({parts}) but "
             f"{p.hardware.instance_type} has {capacity:.1f} GiB of {where}; pick a larger instance, a smaller "

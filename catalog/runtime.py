@@ -20,6 +20,9 @@ from catalog.errors import ProfileError
 from catalog.server import ServerSettings, Speculative
 
 SCHEMA = "gguf-serve-runtime/1"
+# ServerSettings fields added after schema 1 shipped, with the default an older spec means: left out of a spec
+# when they hold it, so a profile that does not use them keeps its spec, user data and release id.
+_ADDED_SERVER_FIELDS = {"n_cpu_moe": 0}
 
 
 class RuntimeSpecError(ProfileError):
@@ -60,7 +63,11 @@ class RuntimeSpec:
         return self.server.gpu_layers > 0
 
     def to_json(self) -> str:
-        return json.dumps({"schema": SCHEMA, **asdict(self)}, sort_keys=True)
+        doc = asdict(self)
+        for key, default in _ADDED_SERVER_FIELDS.items():  # written only when set: older specs stay byte-identical
+            if doc["server"][key] == default:
+                del doc["server"][key]
+        return json.dumps({"schema": SCHEMA, **doc}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "runtime spec") -> RuntimeSpec:

@@ -32,6 +32,7 @@ class ServerSettings:
     host: str = "0.0.0.0"
     port: int = SERVER_PORT
     metrics: bool = True  # /metrics (needs the API key) feeds autoscaling and dashboards
+    n_cpu_moe: int = 0  # MoE expert weights of the first N layers kept in host RAM (--n-cpu-moe); ALL_LAYERS: all
 
     @property
     def ctx_total(self) -> int:
@@ -54,6 +55,10 @@ def llama_server_args(profile: ServingProfile, model_path: str, *, benchmark: bo
     ]  # fmt: skip
     if s.metrics:
         args.append("--metrics")
+    if s.n_cpu_moe >= ALL_LAYERS:
+        args.append("--cpu-moe")
+    elif s.n_cpu_moe > 0:
+        args += ["--n-cpu-moe", str(s.n_cpu_moe)]
     if s.speculative is not None:
         args += ["--spec-type", s.speculative.spec_type, "--spec-draft-n-max", str(s.speculative.draft_n_max)]
     return args

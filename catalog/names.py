@@ -16,7 +16,10 @@ PRODUCT = "gguf-serve"
 # The container image (docker/app.Dockerfile, docker/bootstrap-base.sh)
 CONTAINER_UID = 10001  # the non-root user every container runs as; owns the model folder on the host
 APP_DIR = f"/opt/{PRODUCT}"  # the runtime packages; their wheels in APP_DIR/site
-SERVER_PORT = 8080  # llama-server inside the container and on the host (the ALB's target port)
+SERVER_PORT = 8080  # what clients and the ALB reach: the latency hop on an instance, llama-server where none runs
+# llama-server listens on SERVER_PORT inside its container (the runtime spec's port); on an instance that port is
+# published on the host's loopback only, here, and the latency hop (latencyproxy) in front of it takes SERVER_PORT.
+UPSTREAM_PORT = 8081
 
 # The instance's file system (userdata/templates/boot.sh.j2) and the containers' view of it
 CONFIG_DIR = f"/etc/{PRODUCT}"  # host; mounted read-only at the same path in every container
@@ -33,6 +36,7 @@ BOOT_TAG = f"{PRODUCT}-boot"  # syslog tag and the prefix of every boot step lin
 SERVER_UNIT = f"{PRODUCT}-llama"
 READY_UNIT = f"{PRODUCT}-ready"
 METRICS_UNIT = f"{PRODUCT}-metrics"
+HOP_UNIT = f"{PRODUCT}-hop"  # latencyproxy: TTFT, inter-token and queue-wait histograms
 API_KEY_SCRIPT = f"/usr/local/bin/{PRODUCT}-api-key"
 
 # AWS names

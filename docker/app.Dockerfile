@@ -9,6 +9,7 @@ COPY catalog /opt/gguf-serve/catalog
 COPY modelfetch /opt/gguf-serve/modelfetch
 COPY launcher /opt/gguf-serve/launcher
 COPY fleetmetrics /opt/gguf-serve/fleetmetrics
+COPY latencyproxy /opt/gguf-serve/latencyproxy
 ENV PYTHONPATH=/opt/gguf-serve:/opt/gguf-serve/site PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /opt/gguf-serve

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from catalog.names import SERVER_PORT, UPSTREAM_PORT
 from latencyproxy.gpu import GpuReader
 from latencyproxy.proxy import ProxyServer
 
@@ -21,8 +22,10 @@ def _listen(text: str) -> tuple[str, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m latencyproxy", description=__doc__)
-    p.add_argument("--listen", type=_listen, default=("0.0.0.0", 8080), help="HOST:PORT (default 0.0.0.0:8080)")
-    p.add_argument("--upstream", default="http://127.0.0.1:8081", help="llama-server base URL (default %(default)s)")
+    listen = ("0.0.0.0", SERVER_PORT)  # noqa: S104 - in front of llama-server, where clients connect
+    p.add_argument("--listen", type=_listen, default=listen, help=f"HOST:PORT (default 0.0.0.0:{SERVER_PORT})")
+    upstream = f"http://127.0.0.1:{UPSTREAM_PORT}"
+    p.add_argument("--upstream", default=upstream, help="llama-server base URL (default %(default)s)")
     p.add_argument(
         "--gpu-metrics",
         choices=("auto", "off"),

@@ -58,7 +58,7 @@ from stacks.nag import acknowledge, arn_of
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
 # The source asset: Dockerfiles and build scripts, and the packages that run inside the container.
-APP_PACKAGES = ("catalog", "modelfetch", "launcher", "fleetmetrics")
+APP_PACKAGES = ("catalog", "modelfetch", "launcher", "fleetmetrics", "latencyproxy")
 # Of the catalog the container needs the runtime spec's loader, the server flags and the shared names only:
 # profiles, hardware, prices and descriptions never reach the image, so editing them rebuilds nothing.
 CONTAINER_CATALOG = ("__init__.py", "errors.py", "names.py", "runtime.py", "server.py")

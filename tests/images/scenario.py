@@ -1,4 +1,4 @@
-"""The instance's use of an image, run here: `launcher fetch`, then `serve` as the systemd unit runs it."""
+"""An instance's use of an image, run here: `launcher fetch`, then `serve` and the hop as the units run them."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from catalog.images import IMAGE_TARGETS
+from latencyproxy import names as hop_names
 from tests.images.engine import docker
 
 UID = "10001"
@@ -32,7 +33,7 @@ def _health(url: str) -> int | None:
 def run_as_the_instance_does(
     image: str, gemma_gguf: Path, tmp_path: Path, *, target: str = "x86-64-cpu", load_timeout: float = 180
 ) -> None:
-    """fetch, then serve as the systemd unit does; /health 503 then 200, a chat, HEALTHCHECK, docker stop."""
+    """fetch, then serve and the hop as the units do; /health 503 then 200, a chat, histograms, HEALTHCHECK, stop."""
     from openai import OpenAI
 
     from catalog import local_profile
@@ -70,11 +71,17 @@ def run_as_the_instance_does(
 
     key = secrets.token_urlsafe(24)
     name = f"gguf-serve-tier-{secrets.token_hex(4)}"
-    url = f"http://127.0.0.1:{port}"
+    upstream, hop_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{hop_port}"  # clients reach the hop; llama-server is published on loopback only
     docker(
         "run", "-d", "--name", name, "--user", UID, "-e", f"LLAMA_API_KEY={key}",
-        "-p", f"127.0.0.1:{port}:{port}", "-v", f"{models}:/models:ro", "-v", f"{config}:/etc/gguf-serve:ro",
+        "-p", f"127.0.0.1:{upstream}:{port}", "-v", f"{models}:/models:ro", "-v", f"{config}:/etc/gguf-serve:ro",
         image, "serve", "--spec", "/etc/gguf-serve/runtime.json", "--model-dir", "/models",
+    )  # fmt: skip
+    docker(
+        "run", "-d", "--name", f"{name}-hop", "--network", "host", "--user", UID, "--entrypoint", "python3",
+        image, "-m", "latencyproxy", "--gpu-metrics", "off", "--listen", f"127.0.0.1:{hop_port}",
+        "--upstream", f"http://127.0.0.1:{upstream}",
     )  # fmt: skip
     try:
         statuses: list[int] = []
@@ -86,7 +93,11 @@ def run_as_the_instance_does(
             time.sleep(0.01)
         logs = docker("logs", name, check=False).stderr
         assert statuses and statuses[-1] == 200, logs[-3000:]
-        assert statuses[0] == 503, f"{statuses}: /health answered 200 before the model had loaded?"
+        # 502 from the hop until llama-server listens (the ALB counts it unhealthy, as it should), then 503 while
+        # the model loads, then 200.
+        answered = [status for status in statuses if status != 502]
+        assert answered[0] == 503, f"{statuses}: /health answered 200 before the model had loaded?"
+        assert 502 not in statuses[statuses.index(answered[0]) :], statuses
 
         client = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
         reply = client.chat.completions.create(
@@ -98,6 +109,13 @@ def run_as_the_instance_does(
         with pytest.raises(urllib.error.HTTPError) as denied:
             urllib.request.urlopen(urllib.request.Request(f"{url}/v1/models"), timeout=10)
         assert denied.value.code == 401
+        scrape = urllib.request.Request(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(scrape, timeout=10) as r:
+            metrics = r.read().decode()
+        assert "llamacpp:" in metrics  # llama-server's own, through the hop
+        # The one chat above, timed by the hop in the image (its histograms, llama-server's per-request timings).
+        assert f"{hop_names.TTFT}_count 1\n" in metrics, metrics[-2000:]
+        assert f'{hop_names.REQUESTS}{{code="200",stream="false"}} 1' in metrics
 
         assert docker("exec", name, "id", "-u").stdout.strip() == UID
         deadline = time.monotonic() + 60  # the first check runs after --interval (15 s)
@@ -115,4 +133,4 @@ def run_as_the_instance_does(
         assert state["ExitCode"] in (0, 143), state
         assert not state["OOMKilled"]
     finally:
-        docker("rm", "-f", name, check=False)
+        docker("rm", "-f", name, f"{name}-hop", check=False)

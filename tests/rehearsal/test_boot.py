@@ -28,7 +28,7 @@ STEPS = [
     "server configuration",
     "image ",
     "model ",
-    "systemd unit gguf-serve-llama",
+    "systemd units gguf-serve-llama and gguf-serve-hop",
     "readiness and metrics units",
     "healthy; boot complete",
 ]

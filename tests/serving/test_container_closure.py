@@ -42,7 +42,8 @@ def test_the_layer_holds_no_profile_data(tmp_path):
     layer = _layer(tmp_path)
     shipped = {p.name for p in (layer / "catalog").iterdir() if p.is_file()}
     assert "runtime.py" in shipped and "profiles.py" not in shipped and "hardware.py" not in shipped
-    out = _run(layer, "-c", "import catalog, launcher.cli, modelfetch.cli, fleetmetrics.cli; print(catalog.__file__)")
+    entry_points = "launcher.cli, modelfetch.cli, fleetmetrics.cli, latencyproxy.cli"
+    out = _run(layer, "-c", f"import catalog, {entry_points}; print(catalog.__file__)")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().startswith(str(layer)), "imported the checkout's catalog, not the layer's"
 

@@ -15,6 +15,7 @@ import pytest
 
 from catalog import names
 from catalog.images import APP_DOCKERFILE, IMAGE_TARGETS
+from stacks.image_build import APP_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -68,7 +69,7 @@ def test_application_layer_contract():
     assert re.search(r'^HEALTHCHECK .*CMD \["python3", "-m", "launcher", "health"\]$', text, re.M)
     users = re.findall(r"^USER (\S+)$", text, re.M)
     assert users and users[-1].split(":")[0] not in ("root", "0"), "runs as a non-root user"
-    for package in ("catalog", "modelfetch", "launcher", "fleetmetrics"):
+    for package in APP_PACKAGES:
         assert f"COPY {package} {names.APP_DIR}/{package}" in text
     assert f"PYTHONPATH={names.APP_DIR}:{names.APP_DIR}/site" in text
     assert f"WORKDIR {names.APP_DIR}" in text and f"EXPOSE {names.SERVER_PORT}" in text

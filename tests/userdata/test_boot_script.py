@@ -66,6 +66,22 @@ def test_api_key_is_read_at_start_never_embedded():
     assert f"RestartPreventExitStatus={EX_CONFIG}" in text  # the launcher's refusal: retrying won't fix it
 
 
+def test_the_latency_hop_takes_the_server_port_and_llama_server_only_loopback():
+    """The ALB, the readiness check and the metrics publisher reach the hop; nothing but the hop reaches llama."""
+    from catalog import names
+
+    text = render_user_data(PROFILES["graviton-moe"], BOOT)
+    port = PROFILES["graviton-moe"].server.port
+    assert f"-p 127.0.0.1:{names.UPSTREAM_PORT}:{port} " in text and f"-p {port}:{port}" not in text
+    hop = text[text.index(f"/etc/systemd/system/{names.HOP_UNIT}.service") :]
+    hop = hop[: hop.index("\nUNIT\n")]
+    assert "--network host" in hop and "-m latencyproxy" in hop and "Restart=always" in hop
+    assert f"--listen 0.0.0.0:{port} --upstream http://127.0.0.1:{names.UPSTREAM_PORT}" in hop
+    assert "--env-file" not in hop  # the hop passes the client's key through; it never holds one
+    assert f"systemctl enable --now {names.SERVER_UNIT}.service {names.HOP_UNIT}.service" in text
+    assert f"http://127.0.0.1:{port}/health" in text and f"--url http://127.0.0.1:{port} " in text
+
+
 def test_missing_value_is_an_error_not_an_empty_string():
     with pytest.raises(jinja2.UndefinedError):
         _ENV.get_template("boot.sh.j2").render(p=PROFILES["graviton-moe"])

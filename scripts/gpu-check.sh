@@ -6,6 +6,7 @@
 #      the GPU, through the hop; the guide's smoke prompts run (`bench smoke`) and the hop's histograms fill
 #   3. optional (GPU_CHECK_IMAGE=1): the CUDA serving image builds with docker/build-image.sh on a Debian root
 #      (BUILD_IMAGE must be an image with nvcc, e.g. a CUDA devel image your registry mirrors)
+#   4. `python -m workstation up --native` with that CUDA llama-server: the Gemma GGUF on the GPU through the hop
 # Usage: scripts/gpu-check.sh   (from the checkout, after `make .venv/.installed` or `make demo`)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -81,6 +82,38 @@ if [[ ${GPU_CHECK_IMAGE:-0} == 1 ]]; then
   else
     fail "CUDA image build"
   fi
+fi
+# 4. the one workstation command, natively with the CUDA llama-server of step 2 and the Gemma GGUF on the GPU
+#    (a test card and profile in a copy of profiles/); with GPU_CHECK_IMAGE=1 the Compose path too, on the
+#    first shipped profile whose card is not larger than this GPU (it downloads that Qwen3.6 file: tens of GB)
+if [[ -x $bin && -f $model ]] && command -v prometheus >/dev/null; then
+  ws=$(mktemp -d)
+  cp -r profiles "$ws/profiles"
+  printf '\n[workstation."this-gpu"]\ngpu = "this GPU"\ngpu_memory_gib = 2.0\nmemory_gib = 4.0\nvcpus = 2\nphysical_cores = 2\ncpu = "this machine"\n' >>"$ws/profiles/hardware.toml"
+  printf 'workstation = "this-gpu"\nmodel = "Gemma-3-270M"\n[server]\nctx_per_slot = 2048\nparallel = 1\ncache_ram_mib = 256\n' >"$ws/profiles/workstation/gemma.toml"
+  mkdir -p "$ws/hub/local/gemma-3-270m-GGUF"
+  cp "$model" "$ws/hub/local/gemma-3-270m-GGUF/gemma-3-270m-q4_k_m.gguf"
+  "$py" -m localscope --root "$ws/hub" --port 18733 >/tmp/gpu-check-hub.log 2>&1 &
+  hub=$!
+  "$py" -m workstation --profiles "$ws/profiles" up gemma --native --endpoint http://127.0.0.1:18733 \
+    --work-dir "$ws/work" --port 18090 --prometheus-port 18091 --llama-server "$bin" --skip-gpu-check \
+    --health-timeout 300 >/tmp/gpu-check-workstation.log 2>&1 &
+  up=$!
+  for _ in $(seq 300); do grep -q 'workstation: ready' /tmp/gpu-check-workstation.log && break; sleep 1; done
+  if "$py" -m bench smoke --endpoint http://127.0.0.1:18090 --api-key "$(cat "$ws/work/config/api-key")" --label workstation &&
+    grep -q "offloaded .*layers to GPU" "$ws/work/logs/llama-server.log"; then
+    pass "python -m workstation up --native on the GPU"
+  else
+    fail "python -m workstation up --native (logs /tmp/gpu-check-workstation.log, $ws/work/logs)"
+  fi
+  kill "$up" "$hub"
+  wait "$up" "$hub" 2>/dev/null
+else
+  fail "workstation up --native (needs step 2's CUDA llama-server and prometheus: apt-get install prometheus)"
+fi
+if [[ ${GPU_CHECK_IMAGE:-0} == 1 ]]; then
+  "$py" -m workstation check
+  echo "gpu-check: for the Compose path run: $py -m workstation up <profile of your card> (GGUF_SERVE_IMAGE=gguf-serve:cuda-local)"
 fi
 echo "gpu-check: $([[ $failed == 0 ]] && echo all passed || echo FAILED)"
 exit "$failed"

@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from catalog.server import Speculative
+from fleetmetrics import names as fleet_names
 from rehearsal.aws import iam_action
 from rehearsal.harness import GROUP, STACK, STATE, World
 from rehearsal.imds import ROLE_ACCESS_KEY
@@ -113,8 +114,9 @@ def test_model_fetched_verified_and_written_back_to_the_s3_cache(world, cold):
 
 def test_llama_server_is_healthy_through_the_real_image(world, cold):
     assert _health(cold) == "200"
-    image = cold.sh("docker inspect -f '{{.Config.Image}} {{.Config.User}}' llama").stdout.split()
-    assert image == [world.boot.image_uri, "10001"]
+    for container in ("llama", "hop"):  # the hop in front on the server port, the same image and user
+        image = cold.sh(f"docker inspect -f '{{{{.Config.Image}}}} {{{{.Config.User}}}}' {container}").stdout.split()
+        assert image == [world.boot.image_uri, "10001"], container
     chat = cold.sh(
         "curl -s -H 'Authorization: Bearer " + world.api_key + "' -H 'Content-Type: application/json' "
         '-d \'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":8}\' '
@@ -145,6 +147,13 @@ def test_metrics_reach_cloudwatch(world, cold):
 
     metrics = cold.wait(published, 150, "no metrics in CloudWatch", interval=5)
     assert {m["MetricName"] for m in metrics}, metrics
+
+    # The chat above went through the latency hop: its time to first token reaches CloudWatch as a
+    # distribution (fleetmetrics publishes each interval's histogram increase; the first scrape is the baseline).
+    def latency():
+        return {m["MetricName"] for m in published()} >= {fleet_names.TTFT, fleet_names.DECODE_TPS}
+
+    cold.wait(latency, 180, "no TimeToFirstToken from the hop in CloudWatch", interval=5)
 
 
 def test_boot_and_container_logs_reach_cloudwatch_logs(world, cold):

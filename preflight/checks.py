@@ -41,7 +41,10 @@ Clients = Callable[[str], Any]  # service name -> boto3 client for the plan's re
 
 
 def run_checks(plan: DeployPlan, client: Clients) -> list[Result]:
-    results: list[Result] = []
+    results = [
+        Result(f"model {name}", Status.BLOCKER, why, "lock the model, as the detail says, then run this again")
+        for name, why in plan.refused
+    ]
     for check in (ami, instance_offerings, vcpu_quotas, build_environments, bootstrap, endpoint_services):
         try:
             results.extend(check(plan, client))

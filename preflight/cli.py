@@ -16,9 +16,19 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m preflight", description=__doc__)
     parser.add_argument("stacks", nargs="*", help="stacks to check (default: all)")
     parser.add_argument("--profile", help="AWS CLI profile (read-only access is enough)")
+    parser.add_argument(
+        "-c", "--context", action="append", default=[], metavar="KEY=VALUE",
+        help="a deploy option for this run, as `cdk deploy -c` takes it (e.g. spot=true); repeatable",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    context = {}
+    for pair in args.context:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"-c takes KEY=VALUE, got {pair!r}")
+        context[key] = value
     try:
-        plan = deploy_plan(args.stacks or None)
+        plan = deploy_plan(args.stacks or None, context=context)
     except ProfileError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stacks.app import build_app, cli_context
+from catalog.profiles import deploy_refusal
+from stacks.app import MODEL_LOCK_CONTEXT, build_app, cli_context, stack_profiles
 from stacks.options import DEPLOY_CONFIG, load_options
 
 # Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
@@ -38,6 +39,7 @@ class StackPlan:
 class DeployPlan:
     region: str
     stacks: tuple[StackPlan, ...]
+    refused: tuple[tuple[str, str], ...] = ()  # (stack, why): not synthesized, e.g. a model without a pinned sha256
 
 
 def deploy_plan(
@@ -45,12 +47,20 @@ def deploy_plan(
 ) -> DeployPlan:
     ctx = {**cli_context(), **(context or {})}
     options = load_options(ctx, config_file)
-    app = build_app(ctx, config_file=config_file)
+    profiles = {p.stack_name: p for p in stack_profiles(ctx.get(MODEL_LOCK_CONTEXT))}
+    unknown = set(stack_names or ()) - set(profiles)
+    if unknown:
+        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(profiles)}")
+    wanted = stack_names or list(profiles)
+    # A stack the CLI would refuse (an error annotation) is reported, not synthesized: in-process synthesis fails
+    # the whole app on one refused stack, and the others must still be checked.
+    refused = tuple((n, why) for n in wanted if (why := deploy_refusal(profiles[n])))
+    app = build_app(ctx, config_file=config_file, stack_names=[n for n in wanted if n not in dict(refused)])
     assembly = app.synth()
     plans = []
     for stack in app.node.children:
         name = getattr(stack, "stack_name", None)
-        if name is None or (stack_names and name not in stack_names):
+        if name is None:
             continue
         profile = stack.profile  # as deployed: deploy options applied
         template = assembly.get_stack_by_name(name).template
@@ -69,10 +79,7 @@ def deploy_plan(
                 bootstrap_version=_bootstrap_version(template),
             )
         )
-    unknown = set(stack_names or ()) - {p.stack_name for p in plans}
-    if unknown:
-        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {[p.stack_name for p in plans]}")
-    return DeployPlan(region=options.region, stacks=tuple(plans))
+    return DeployPlan(region=options.region, stacks=tuple(plans), refused=refused)
 
 
 def _quota_code(gpu: bool, spot: bool) -> str:

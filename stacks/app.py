@@ -7,6 +7,7 @@ the tests see the same options, feature flags and policy-validation plugins (cdk
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,13 @@ def cli_context() -> dict[str, Any]:
     return ctx
 
 
-def build_app(context: dict[str, Any] | None = None, *, config_file: Path = DEPLOY_CONFIG) -> cdk.App:
+def build_app(
+    context: dict[str, Any] | None = None,
+    *,
+    config_file: Path = DEPLOY_CONFIG,
+    stack_names: Collection[str] | None = None,
+) -> cdk.App:
+    """The app; `stack_names` limits it to those stacks (the pre-flight synthesizes only what it checks)."""
     app = cdk.App(context=context) if context is not None else cdk.App()
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     options = load_options(_context_values(app), config_file)
@@ -42,11 +49,9 @@ def build_app(context: dict[str, Any] | None = None, *, config_file: Path = DEPL
             f"no pinned availability zones for region {options.region!r}: add it to 'pinned-availability-zones' in "
             "cdk.context.json (synth never looks zones up)"
         )
-    lock = app.node.try_get_context(MODEL_LOCK_CONTEXT)
-    catalog = load_catalog(lock_file=ROOT / lock) if lock else default_catalog()
-    for profile in catalog.profiles.values():
-        if not profile.stack_name:
-            continue  # a profile without a stack runs locally only (launcher local, workstations)
+    for profile in stack_profiles(app.node.try_get_context(MODEL_LOCK_CONTEXT)):
+        if stack_names is not None and profile.stack_name not in stack_names:
+            continue
         stack = ServingStack(
             app,
             profile.stack_name,
@@ -63,6 +68,13 @@ def build_app(context: dict[str, Any] | None = None, *, config_file: Path = DEPL
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
             cdk.Annotations.of(stack).add_error(refusal)
     return app
+
+
+def stack_profiles(lock: str | None = None) -> list[ServingProfile]:
+    """The profiles that are stacks, from the committed lock or `-c modelLock=<file>` (a profile without a stack
+    runs locally only: launcher local, workstations)."""
+    catalog = load_catalog(lock_file=ROOT / lock) if lock else default_catalog()
+    return [p for p in catalog.profiles.values() if p.stack_name]
 
 
 def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingProfile:

@@ -15,13 +15,14 @@ from botocore.stub import Stubber
 from preflight.checks import BOOTSTRAP_VERSION_PARAMETER, Status, run_checks
 from preflight.cli import main
 from preflight.plan import G_AND_VT_ON_DEMAND, STANDARD_ON_DEMAND, deploy_plan
+from tests.conftest import cdk_context
 
 REGION = "cn-northwest-1"
 
 
 @pytest.fixture(scope="module")
 def plan():
-    return deploy_plan()
+    return deploy_plan(context=cdk_context())  # the tests' lock: the 27B pinned, so every stack is checked
 
 
 class Account:
@@ -36,7 +37,8 @@ class Account:
         }
         self.missing_parameters: set[str] = set()
         self.offered_zones = {s.instance_type: set(s.zones) | {"cn-northwest-1c"} for s in plan.stacks}
-        self.quotas = {STANDARD_ON_DEMAND: 256.0, G_AND_VT_ON_DEMAND: 64.0}
+        # Enough for every stack at full scale-out, summed per quota (the README's quota table)
+        self.quotas = {STANDARD_ON_DEMAND: 512.0, G_AND_VT_ON_DEMAND: 64.0}
         self.curated = {image for s in plan.stacks for _, image, _ in s.build_images}
         self.build_concurrency = 1.0
         self.bootstrap_status: str | None = "UPDATE_COMPLETE"
@@ -253,7 +255,7 @@ class _Session:
 
 
 def test_the_command_prints_one_table_and_exits_by_blockers(plan, capsys, monkeypatch):
-    monkeypatch.setattr("preflight.cli.deploy_plan", lambda stacks: plan)
+    monkeypatch.setattr("preflight.cli.deploy_plan", lambda stacks, context=None: plan)
     assert main([], session=_Session(Account(plan).clients())) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[2].split()[:4] == ["check", "result", "detail", "what"]
@@ -265,7 +267,7 @@ def test_the_command_prints_one_table_and_exits_by_blockers(plan, capsys, monkey
 
 
 def test_no_credentials_is_one_line(plan, capsys, monkeypatch):
-    monkeypatch.setattr("preflight.cli.deploy_plan", lambda stacks: plan)
+    monkeypatch.setattr("preflight.cli.deploy_plan", lambda stacks, context=None: plan)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -278,9 +280,34 @@ def test_no_credentials_is_one_line(plan, capsys, monkeypatch):
 def test_plan_reads_deploy_options(tmp_path):
     config = tmp_path / "deploy.toml"
     config.write_text("spot = true\n")
-    spot = deploy_plan(["IntelMoeStack", "GpuMtpStack"], config_file=config)
+    spot = deploy_plan(["IntelMoeStack", "GpuMtpStack"], config_file=config, context=cdk_context())
     codes = {s.stack_name: s.quota_code for s in spot.stacks}
     assert codes == {"IntelMoeStack": "L-34B43A08", "GpuMtpStack": G_AND_VT_ON_DEMAND}
-    intel = spot.stacks[0]
+    (intel,) = [s for s in spot.stacks if s.stack_name == "IntelMoeStack"]
     assert intel.vcpus["create"] == 16  # Spot: no warm pool, so one instance at create
     assert intel.zones == ("cn-northwest-1a", "cn-northwest-1b")
+
+
+def test_a_stack_whose_model_is_not_pinned_is_a_blocker_and_the_others_are_still_checked():
+    """The committed lock leaves the 27B unpinned: the CLI refuses GpuMtpStack; the pre-flight says so and goes on."""
+    plan = deploy_plan(["GravitonMoeStack", "GpuMtpStack"])
+    assert [s.stack_name for s in plan.stacks] == ["GravitonMoeStack"]
+    ((name, why),) = plan.refused
+    assert name == "GpuMtpStack" and "python -m catalog lock Qwen3.6-27B" in why
+    results = Account(plan).check()
+    blockers = [r for r in results if r.status is Status.BLOCKER]
+    assert [r.check for r in blockers] == ["model GpuMtpStack"]
+    assert any(r.check == "AMI GravitonMoeStack" and r.status is Status.OK for r in results)
+
+
+def test_context_options_reach_the_plan(capsys, monkeypatch):
+    seen = {}
+
+    def fake_plan(stacks, context=None):
+        seen.update(context or {})
+        raise SystemExit(0)
+
+    monkeypatch.setattr("preflight.cli.deploy_plan", fake_plan)
+    with pytest.raises(SystemExit):
+        main(["-c", "spot=true", "-c", "modelLock=x.toml", "GravitonMoeStack"])
+    assert seen == {"spot": "true", "modelLock": "x.toml"}

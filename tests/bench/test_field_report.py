@@ -163,6 +163,8 @@ def test_the_catalog_descriptions_quote_what_bench_computes() -> None:
 
     for p in PROFILES.values():
         m = REPORT.find(instance_type=p.hardware.instance_type, model=p.model.name, mtp=p.mtp)
-        assert m is not None, p.name
+        if m is None:  # not measured in the report (the headroom profile): it must say its figure is an estimate
+            assert "estimate" in p.description and "tok/s, ¥" not in p.description, (p.name, p.description)
+            continue
         per_m = cost.ri_cost(p.hardware.instance_type, m.effective_tok_s).cny_per_million
         assert f"({m.effective_tok_s:.2f} tok/s, ¥{per_m:.2f}/M)" in p.description, p.description

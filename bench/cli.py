@@ -304,9 +304,27 @@ def _run_summary_line(kind: str, s: dict[str, Any]) -> str:
     return line
 
 
+def _json_file(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+
+
 def cmd_report(a: argparse.Namespace) -> int:
-    res = results.load(a.files)
+    from bench import smoke
+
+    runs, figures = [], []
+    for path in a.files:  # smoke files (a workstation's `bench smoke --out`) go beside the guide's claim
+        doc = _json_file(path)
+        if isinstance(doc, dict) and doc.get("schema") == smoke.SCHEMA:
+            runs.append(smoke.from_json(doc, str(path)))
+        else:
+            figures.append(path)
+    res = results.load(figures)
     text = tables.report(res, utilization=a.utilization)
+    if runs:
+        text += "\n## The consumer-GPU guide's check (`bench smoke`)\n\n" + "\n".join(smoke.comparison(runs)) + "\n"
     if a.charts:
         from bench import charts
 

@@ -17,6 +17,7 @@ PROMPTS = (
     ("quicksort", "用Python实现快速排序算法", 256),
 )
 GUIDE_CLAIM = {"mtp_off_tok_s": 63.7, "mtp_on_tok_s": 105.4, "draft_acceptance": 0.80, "model": "Qwen3.6-27B"}
+SCHEMA = "gguf-serve-smoke/1"  # `bench smoke --out`; `bench report` reads it beside benchmark results
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ def _cell(text: str) -> str:
 
 
 def report(results: list[SmokeResult], *, label: str) -> str:
+    return "\n".join([*_per_prompt(results), "", *comparison([(label, results)])])
+
+
+def _per_prompt(results: list[SmokeResult]) -> list[str]:
     lines = [
         "| prompt | tokens | decode tok/s | wall tok/s | draft acceptance | answer starts |",
         "|---|---|---|---|---|---|",
@@ -75,25 +80,42 @@ def report(results: list[SmokeResult], *, label: str) -> str:
         acc = f"{100 * r.acceptance:.1f}% ({r.draft_accepted}/{r.draft_n})" if r.acceptance is not None else "MTP off"
         tps = f"{r.decode_tok_s:.1f}" if r.decode_tok_s else "n/a"
         lines.append(f"| {r.prompt} | {r.completion_tokens} | {tps} | {r.wall_tok_s:.1f} | {acc} | {r.answer_head} |")
+    return lines
+
+
+def comparison(runs: list[tuple[str, list[SmokeResult]]]) -> list[str]:
+    """The guide's claim and each run's mean decode speed and overall draft acceptance, one row each."""
     g = GUIDE_CLAIM
-    speeds = [r.decode_tok_s for r in results if r.decode_tok_s]
-    mean = sum(speeds) / len(speeds) if speeds else None
-    drafted = sum(r.draft_n or 0 for r in results)
-    accepted = sum(r.draft_accepted or 0 for r in results)
-    lines += [
-        "",
+    lines = [
         "| | decode tok/s | draft acceptance |",
         "|---|---|---|",
         f"| guide's claim, {g['model']} MTP off -> on | {g['mtp_off_tok_s']} -> {g['mtp_on_tok_s']} | "
         f"{100 * g['draft_acceptance']:.0f}% |",
-        f"| {label} | {f'{mean:.1f}' if mean else 'n/a'} | "
-        f"{f'{100 * accepted / drafted:.1f}%' if drafted else 'MTP off'} |",
     ]
-    return "\n".join(lines)
+    for label, results in runs:
+        speeds = [r.decode_tok_s for r in results if r.decode_tok_s]
+        mean = sum(speeds) / len(speeds) if speeds else None
+        drafted = sum(r.draft_n or 0 for r in results)
+        accepted = sum(r.draft_accepted or 0 for r in results)
+        lines.append(
+            f"| {label} | {f'{mean:.1f}' if mean else 'n/a'} | "
+            f"{f'{100 * accepted / drafted:.1f}%' if drafted else 'MTP off'} |"
+        )
+    return lines
+
+
+def from_json(doc: Any, where: str) -> tuple[str, list[SmokeResult]]:
+    """A `bench smoke --out` file: its label (with the model) and results; ValueError naming the file otherwise."""
+    try:
+        rows = [{k: v for k, v in r.items() if k != "acceptance"} for r in doc["results"]]
+        return f"{doc['label']} ({doc['model']})", [SmokeResult(**r) for r in rows]
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{where}: not a valid smoke results file ({type(e).__name__}: {e})") from None
 
 
 def to_json(results: list[SmokeResult], *, label: str, endpoint_model: str) -> dict[str, Any]:
     return {
+        "schema": SCHEMA,
         "label": label,
         "model": endpoint_model,
         "guide_claim": GUIDE_CLAIM,

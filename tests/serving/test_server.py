@@ -76,7 +76,7 @@ def test_chat_completion_through_the_openai_client_carries_timings(serving_proce
     for field in ("prompt_n", "prompt_per_second", "predicted_n", "predicted_ms", "predicted_per_second"):
         assert field in timings, timings
     assert timings["predicted_n"] == resp.usage.completion_tokens
-    assert timings["predicted_per_second"] > 1
+    assert timings["predicted_per_second"] > 0  # a speed, not a speed target (those live in benchmarks)
 
     wrong = OpenAI(base_url=f"{serving_process.url}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(AuthenticationError):

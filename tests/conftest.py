@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,15 +32,10 @@ def _pinned_lock() -> Path:
 @pytest.fixture(scope="session")
 def llama_server_binary() -> Path:
     """A real llama-server, built once from the pinned PyPI sdist and cached outside the checkout."""
-    out = subprocess.run(
-        [str(ROOT / "scripts" / "build-llama-server.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHON": sys.executable},
-    )
-    path = Path(out.stdout.strip().splitlines()[-1])
-    assert path.is_file(), out.stderr
+    from launcher.local import llama_server_binary as build
+
+    path = build()  # the build script's progress and errors go to stderr, which pytest shows on failure
+    assert path.is_file(), path
     return path
 
 

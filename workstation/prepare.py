@@ -61,7 +61,8 @@ def write_config(profile: ServingProfile, work: Workdir) -> str:
     for d in (work.config, work.models, work.prometheus, work.logs):
         d.mkdir(parents=True, exist_ok=True)
     work.config.chmod(0o755)
-    key = work.api_key_file.read_text().strip() if work.api_key_file.is_file() else secrets.token_urlsafe(32)
+    # hex: a key never starts with "-", which `bench smoke --api-key KEY` would read as an option
+    key = work.api_key_file.read_text().strip() if work.api_key_file.is_file() else secrets.token_hex(32)
     _write(work.api_key_file, key, 0o600)
     _write(work.config / "api.env", f"{API_KEY_ENV}={key}\n", 0o600)
     _write(work.spec, profile.runtime_json(), 0o644)

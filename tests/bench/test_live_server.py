@@ -23,7 +23,7 @@ def bench_run(tmp_path: Path, name: str, url: str, *extra: str) -> dict:
 def sequential(local_server, tmp_path_factory: pytest.TempPathFactory) -> Path:
     url, key = local_server
     tmp = tmp_path_factory.mktemp("bench")
-    bench_run(tmp, "sequential", url, "--api-key", key, "--max-tokens", "32", "--repetitions", "2", "--warmup", "1")
+    bench_run(tmp, "sequential", url, f"--api-key={key}", "--max-tokens", "32", "--repetitions", "2", "--warmup", "1")
     return tmp / "sequential.json"
 
 
@@ -75,7 +75,7 @@ def test_harness_overhead_is_within_2_percent_of_the_servers_timings(local_serve
     """
     url, key = local_server
     doc = bench_run(
-        tmp_path, "overhead", url, "--api-key", key, "--max-tokens", "96", "--repetitions", "3", "--warmup", "0"
+        tmp_path, "overhead", url, f"--api-key={key}", "--max-tokens", "96", "--repetitions", "3", "--warmup", "0"
     )
     s = doc["summary"]
     assert s["harness_generation_tok_s"] / s["predicted_per_second"] == pytest.approx(1, abs=0.02)

@@ -51,7 +51,7 @@ def test_prompts_are_the_guides() -> None:
 def test_smoke_against_the_real_server(local_server, tmp_path: Path, capsys) -> None:
     url, key = local_server
     out = tmp_path / "smoke.json"
-    assert cli.main(["smoke", "--endpoint", url, "--api-key", key, "--label", "ci", "--out", str(out)]) == 0
+    assert cli.main(["smoke", "--endpoint", url, f"--api-key={key}", "--label", "ci", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| quantum-computing |" in printed and "| quicksort |" in printed and "MTP off" in printed
     doc = json.loads(out.read_text())

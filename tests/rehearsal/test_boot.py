@@ -117,16 +117,21 @@ def test_llama_server_is_healthy_through_the_real_image(world, cold):
     for container in ("llama", "hop"):  # the hop in front on the server port, the same image and user
         image = cold.sh(f"docker inspect -f '{{{{.Config.Image}}}} {{{{.Config.User}}}}' {container}").stdout.split()
         assert image == [world.boot.image_uri, "10001"], container
-    chat = cold.sh(
+    chat = _chat(world, cold)
+    reply = json.loads(chat)
+    assert reply["usage"]["completion_tokens"] > 0, chat
+    denied = cold.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models").stdout
+    assert denied == "401"  # the key from Secrets Manager is the one the server holds
+
+
+def _chat(world, cold) -> str:
+    """One chat through the server port (the hop) with the key from Secrets Manager; the raw answer."""
+    return cold.sh(
         "curl -s -H 'Authorization: Bearer " + world.api_key + "' -H 'Content-Type: application/json' "
         '-d \'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":8}\' '
         "http://127.0.0.1:8080/v1/chat/completions",
         timeout=120,
     ).stdout
-    reply = json.loads(chat)
-    assert reply["usage"]["completion_tokens"] > 0, chat
-    denied = cold.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/v1/models").stdout
-    assert denied == "401"  # the key from Secrets Manager is the one the server holds
 
 
 def test_lifecycle_action_continue_and_stack_success_are_recorded(world, cold):
@@ -148,12 +153,22 @@ def test_metrics_reach_cloudwatch(world, cold):
     metrics = cold.wait(published, 150, "no metrics in CloudWatch", interval=5)
     assert {m["MetricName"] for m in metrics}, metrics
 
-    # The chat above went through the latency hop: its time to first token reaches CloudWatch as a
-    # distribution (fleetmetrics publishes each interval's histogram increase; the first scrape is the baseline).
+    # A chat through the latency hop once a scrape has succeeded (gauges published; a scrape during the model load
+    # publishes ScrapeFailed only): its time to first token reaches CloudWatch as a distribution. fleetmetrics
+    # publishes each interval's histogram increase, and its first successful scrape is the baseline.
+    def scraped():
+        return fleet_names.REQUESTS_PROCESSING in {m["MetricName"] for m in published()}
+
+    cold.wait(scraped, 150, "no successful scrape published", interval=5)
+    assert json.loads(_chat(world, cold))["usage"]["completion_tokens"] > 0
+
     def latency():
         return {m["MetricName"] for m in published()} >= {fleet_names.TTFT, fleet_names.DECODE_TPS}
 
-    cold.wait(latency, 180, "no TimeToFirstToken from the hop in CloudWatch", interval=5)
+    try:
+        cold.wait(latency, 180, "no TimeToFirstToken from the hop in CloudWatch", interval=5)
+    except TimeoutError as e:
+        raise AssertionError(cold.sh("docker logs --tail 30 metrics 2>&1").stdout) from e
 
 
 def test_boot_and_container_logs_reach_cloudwatch_logs(world, cold):

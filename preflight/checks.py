@@ -66,7 +66,7 @@ def ami(plan: DeployPlan, client: Clients) -> Iterator[Result]:
                 name,
                 Status.BLOCKER,
                 f"{s.ami_parameter} does not exist in {plan.region}",
-                "pick an AMI parameter published in this region (catalog/hardware.py)",
+                "pick an AMI parameter published in this region ([ami.*] ssm_parameter in profiles/hardware.toml)",
             )
             continue
         (image,) = ec2.describe_images(ImageIds=[image_id])["Images"]
@@ -77,14 +77,14 @@ def ami(plan: DeployPlan, client: Clients) -> Iterator[Result]:
                 name,
                 Status.BLOCKER,
                 f"{image_id} is {image['Architecture']}, {s.instance_type} is {s.architecture}",
-                "fix ami_ssm_parameter in catalog/hardware.py",
+                "fix the instance's ami, or that [ami.*] table's ssm_parameter, in profiles/hardware.toml",
             )
         elif snapshot > s.root_volume_gib:
             yield Result(
                 name,
                 Status.BLOCKER,
                 f"{image_id}'s root snapshot is {snapshot} GiB, the volume {s.root_volume_gib} GiB",
-                f"set ami_root_snapshot_gib={snapshot} in catalog/hardware.py",
+                f"set root_snapshot_gib = {snapshot} in that [ami.*] table of profiles/hardware.toml",
             )
         else:
             yield Result(name, Status.OK, f"{image_id}: snapshot {snapshot} GiB <= volume {s.root_volume_gib} GiB")

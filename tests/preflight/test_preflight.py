@@ -156,7 +156,7 @@ def test_missing_ami_parameter(plan):
     gpu = next(s for s in plan.stacks if s.stack_name == "GpuMtpStack")
     account.missing_parameters.add(gpu.ami_parameter)
     r = _blocker(account.check(), "AMI GpuMtpStack")
-    assert "does not exist in cn-northwest-1" in r.detail and "catalog/hardware.py" in r.todo
+    assert "does not exist in cn-northwest-1" in r.detail and "profiles/hardware.toml" in r.todo
 
 
 def test_ami_snapshot_larger_than_the_volume(plan):
@@ -166,7 +166,7 @@ def test_ami_snapshot_larger_than_the_volume(plan):
     account.ami[gpu.ami_parameter] = (image_id, arch, gpu.root_volume_gib + 1)
     r = _blocker(account.check(), "AMI GpuMtpStack")
     assert f"root snapshot is {gpu.root_volume_gib + 1} GiB" in r.detail
-    assert f"ami_root_snapshot_gib={gpu.root_volume_gib + 1}" in r.todo
+    assert f"root_snapshot_gib = {gpu.root_volume_gib + 1}" in r.todo
 
 
 def test_ami_of_the_wrong_architecture(plan):

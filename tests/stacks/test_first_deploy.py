@@ -29,7 +29,7 @@ def test_root_volume_holds_the_ami_snapshot_the_model_and_the_image(templates, s
 
 def test_gpu_volume_fits_the_deep_learning_ami():
     p = PROFILES["gpu-mtp"]
-    assert p.hardware.ami_root_snapshot_gib >= 75  # the DLAMI's root snapshot (catalog/hardware.py, with source)
+    assert p.hardware.ami_root_snapshot_gib >= 75  # the DLAMI's root snapshot (profiles/hardware.toml, with source)
     assert p.root_volume_gib >= 100  # AWS's recommended size for that AMI
 
 

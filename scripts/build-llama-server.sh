@@ -6,9 +6,18 @@ set -euo pipefail
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 sha256="${LLAMA_CPP_PYTHON_SHA256:-832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e}"
 cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gguf-serve}"
-dest="$cache_root/llama-server-$version-$(uname -m)"
-binary="$dest/bin/llama-server"
 python="${PYTHON:-python3}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# A native build is built for this CPU: its flags, minus AMX where cpuid promises AMX that a probe cannot
+# execute (launcher/cpu.py). The cache key covers the CPU's flags, the probe's result, the compiler and the
+# configure flags, so a cache carried to another CPU is rebuilt, never run into SIGILL or SIGSEGV.
+cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF)
+cflags=$("$python" "$root/launcher/cpu.py" build-flags 2>/dev/null)
+compiler=$(c++ --version 2>/dev/null | head -n 1 || echo none)
+tag=$("$python" "$root/launcher/cpu.py" cache-tag "$sha256 ${cmake_flags[*]} $cflags $compiler")
+dest="$cache_root/llama-server-$version-$(uname -m)-$tag"
+binary="$dest/bin/llama-server"
 
 if [[ -x "$binary" ]] && "$binary" --version >/dev/null 2>&1; then
   echo "$binary"
@@ -18,16 +27,19 @@ fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "building llama-server from llama-cpp-python==$version (first run only, 5-10 min on 2 cores)" >&2
+"$python" "$root/launcher/cpu.py" describe >&2
 "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
 sdist="$work/llama_cpp_python-$version.tar.gz"
 echo "$sha256  $sdist" | sha256sum -c --quiet - >&2 || { echo "sha256 of $sdist is not $sha256" >&2; exit 1; }
 tar -xzf "$sdist" -C "$work"
 src="$work/llama_cpp_python-$version/vendor/llama.cpp"
-cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >&2
+cmake -S "$src" -B "$work/build" "${cmake_flags[@]}" -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cflags" >&2
 cmake --build "$work/build" --target llama-server -j "$(nproc)" >&2
+rm -rf "$dest.tmp"
 mkdir -p "$dest.tmp/bin"
 cp "$work/build/bin/llama-server" "$dest.tmp/bin/"
+printf 'llama-cpp-python %s (sha256 %s)\ncmake %s\ncflags %s\ncompiler %s\n' \
+  "$version" "$sha256" "${cmake_flags[*]}" "$cflags" "$compiler" >"$dest.tmp/BUILD-INFO"
 rm -rf "$dest"
 mv "$dest.tmp" "$dest"
 "$binary" --version >&2

@@ -27,7 +27,8 @@ if ! echo "$sha256  $sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
 fi
 
 want=$(sed -n 's/.*--hash=sha256:\([0-9a-f]\{64\}\).*/\1/p' "$root/docker/requirements-image.txt" | sort)
-have=$(cd "$dest/wheels" && cat -- *.whl >/dev/null 2>&1 && sha256sum -- *.whl | cut -d' ' -f1 | sort)
+# An empty or partial folder (a fresh cache) must lead to the download below, not end the script under set -e.
+have=$(cd "$dest/wheels" && { sha256sum -- *.whl 2>/dev/null || true; } | cut -d' ' -f1 | sort)
 if [[ "$want" != "$have" ]]; then
   rm -f "$dest"/wheels/*.whl "$dest/wheels/SHA256SUMS"
   "$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \

@@ -9,19 +9,23 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # that every synth (pytest, `npx cdk`, whatever HOME it is given) finds the staged sources.
 export LLAMA_SERVER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gguf-serve
 
-.PHONY: demo test test-fast test-e2e test-images test-images-arm64 synth lint llama-server image-sources preflight clean
+.PHONY: prereqs demo test test-fast test-e2e test-images test-images-arm64 synth lint llama-server image-sources preflight clean
+
+## prereqs: what the commands cannot install themselves, checked first (one line per missing package)
+prereqs:
+	@scripts/check-prereqs.sh $(PYTHON)
 
 ## demo: set up everything, then run the serving path locally (real llama-server, small model)
-demo: $(STAMP) node_modules/.installed llama-server
+demo: prereqs $(STAMP) node_modules/.installed llama-server
 	$(PY) -m launcher.local
 
 ## test: set up everything, then run every test tier (the x86-64 image is built and run in Docker)
-test: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed llama-server image-sources
+test: prereqs $(STAMP) $(CHECKOV_STAMP) node_modules/.installed llama-server image-sources
 	$(PY) -m pytest
 
 ## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server, no Docker)
 test-fast: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e and not fresh"
 
 test-e2e: $(STAMP) llama-server
 	$(PY) -m pytest -m e2e

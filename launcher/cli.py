@@ -13,6 +13,7 @@ from pathlib import Path
 
 from catalog import names
 from catalog.runtime import RuntimeSpec, RuntimeSpecError
+from launcher.cpu import amx_plan
 from launcher.preflight import EX_CONFIG, LaunchRefused, check_gpu, check_model
 from launcher.serve import describe, exec_server, resolve_binary, server_command, server_environment
 from modelfetch.cli import add_network_options, network_policies, positive_int
@@ -37,7 +38,9 @@ def serve(args: argparse.Namespace) -> int:
     env, dropped = server_environment(os.environ, require_api_key=not args.no_api_key)
     if dropped:
         print(f"launcher: ignoring inherited {', '.join(dropped)} (the runtime spec sets every flag)", flush=True)
-    command = server_command(spec, model_path, binary, benchmark=args.benchmark)
+    amx = amx_plan()  # probed in a child process: cpuid alone is not trusted
+    print(f"launcher: {amx.line}", flush=True)
+    command = server_command(spec, model_path, binary, benchmark=args.benchmark, amx=amx)
     print(describe(spec, command), flush=True)
     exec_server(command, env)
     return 0  # not reached

@@ -30,16 +30,15 @@ AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
 NO_AMX_CFLAGS = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
 # Set to "fail" or "pass" to force the probe's answer (tests, and a user who knows better than the probe).
 PROBE_OVERRIDE_ENV = "GGUF_SERVE_AMX_PROBE"
+# Read another cpuinfo file instead of /proc/cpuinfo (tests: a CPU that lists AMX, on one that has none).
+CPUINFO_ENV = "GGUF_SERVE_CPUINFO"
 
 # The probe, x86-64 System V, rdi = a 64-byte tile configuration (as assembled by GNU as):
 #   push rdi; mov eax, 158 (arch_prctl); mov edi, 0x1023 (ARCH_REQ_XCOMP_PERM); mov esi, 18 (XTILEDATA)
 #   syscall; pop rdi; test eax, eax; jnz done
 #   ldtilecfg [rdi]; tilezero tmm0; tilerelease; xor eax, eax
 #   done: ret
-_AMX_CODE = bytes.fromhex(
-    "57b89e000000bf23100000be120000000f055f85c07511"
-    "c4e2784907c4e27b49c0c4e27849c031c0c3"
-)
+_AMX_CODE = bytes.fromhex("57b89e000000bf23100000be120000000f055f85c07511c4e2784907c4e27b49c0c4e27849c031c0c3")
 # The child: map the code executable, call it with palette 1 and tile 0 = 16 rows x 64 bytes. It prints the
 # syscall's result; a CPU that cannot execute the instructions kills it with SIGILL or SIGSEGV instead.
 _CHILD = f"""
@@ -75,8 +74,9 @@ class AmxPlan:
         return self.advertised and not self.usable
 
 
-def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
+def cpu_flags(cpuinfo: str | os.PathLike[str] | None = None) -> frozenset[str]:
     """The first processor's feature flags (x86 `flags`, arm64 `Features`); empty when unreadable."""
+    cpuinfo = cpuinfo or os.environ.get(CPUINFO_ENV) or "/proc/cpuinfo"
     try:
         text = Path(cpuinfo).read_text()
     except OSError:
@@ -119,7 +119,8 @@ def amx_plan(flags: frozenset[str] | None = None, probe=probe_amx) -> AmxPlan:
         return AmxPlan(False, False, "cpu: no AMX in cpuid; ggml's AMX path is not used")
     result = probe()
     if result.ok:
-        return AmxPlan(True, True, f"cpu: cpuid lists {' '.join(listed)} and the probe ran it ({result.detail}): AMX on")
+        line = f"cpu: cpuid lists {' '.join(listed)} and the probe ran it ({result.detail}): AMX on"
+        return AmxPlan(True, True, line)
     return AmxPlan(
         True,
         False,

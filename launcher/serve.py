@@ -11,6 +11,7 @@ from pathlib import Path
 from catalog.names import API_KEY_ENV
 from catalog.runtime import RuntimeSpec
 from catalog.server import llama_server_args
+from launcher.cpu import AmxPlan
 from launcher.preflight import LaunchRefused
 
 DEFAULT_BINARY = "/usr/local/bin/llama-server"
@@ -30,8 +31,20 @@ def resolve_binary(path: str | None) -> str:
     return candidate
 
 
-def server_command(profile: RuntimeSpec, model_path: Path, binary: str, *, benchmark: bool = False) -> list[str]:
-    return [binary, *llama_server_args(profile, str(model_path), benchmark=benchmark)]
+# ggml's AMX matmul runs only on tensors placed in its "extra" buffer type; --no-repack keeps every weight in
+# plain CPU buffers, so a CPU whose AMX faults (cpuid lies) never reaches it. The x86-64 image's loader picks
+# its sapphirerapids variant from cpuid alone, so this is the one switch that holds for every build.
+NO_EXTRA_BUFFERS = "--no-repack"
+
+
+def server_command(
+    profile: RuntimeSpec, model_path: Path, binary: str, *, benchmark: bool = False, amx: AmxPlan | None = None
+) -> list[str]:
+    """llama-server's argv: the spec's flags, and --no-repack where cpuid promises AMX a probe cannot execute."""
+    command = [binary, *llama_server_args(profile, str(model_path), benchmark=benchmark)]
+    if amx is not None and amx.avoid:
+        command.append(NO_EXTRA_BUFFERS)
+    return command
 
 
 def server_environment(env: Mapping[str, str], *, require_api_key: bool = True) -> tuple[dict[str, str], list[str]]:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build a real llama-server from the llama.cpp tree vendored in a pinned PyPI sdist, once, into a cache
 # outside the checkout. Prints the binary's path on stdout. Re-runs reuse the cached binary.
+# LLAMA_SERVER_CONFIGURE_ONLY=1: download, verify and configure, then print the cache entry instead of compiling.
 set -euo pipefail
 
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
@@ -34,6 +35,10 @@ echo "$sha256  $sdist" | sha256sum -c --quiet - >&2 || { echo "sha256 of $sdist 
 tar -xzf "$sdist" -C "$work"
 src="$work/llama_cpp_python-$version/vendor/llama.cpp"
 cmake -S "$src" -B "$work/build" "${cmake_flags[@]}" -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cflags" >&2
+if [[ "${LLAMA_SERVER_CONFIGURE_ONLY:-}" == 1 ]]; then # the fresh-cache test tier: every step but the compile
+  echo "$dest"
+  exit 0
+fi
 cmake --build "$work/build" --target llama-server -j "$(nproc)" >&2
 rm -rf "$dest.tmp"
 mkdir -p "$dest.tmp/bin"

@@ -18,7 +18,7 @@ from catalog.hardware import GIB, Architecture, Hardware
 from catalog.images import IMAGE_TARGETS, ImageTarget
 from catalog.models import ModelArtifact
 from catalog.runtime import RuntimeModel, RuntimeSpec
-from catalog.server import ALL_LAYERS, ServerSettings, Speculative
+from catalog.server import ALL_LAYERS, MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
 
 GPU_COMPUTE_RESERVE_GIB = 1.5  # CUDA context and compute buffers beside weights and KV cache
 # PutLifecycleHook HeartbeatTimeout: "from 30 to 7200 seconds" (EC2 Auto Scaling API Reference). The stack's
@@ -212,6 +212,11 @@ def _validate(p: ServingProfile) -> None:
         raise ProfileError(f"{where}: n_cpu_moe={s.n_cpu_moe} but {m.name} is dense (no expert tensors); set 0")
     if s.ctx_per_slot < 512 or s.parallel < 1:
         raise ProfileError(f"{where}: ctx_per_slot must be at least 512 and parallel at least 1")
+    if not 0 <= s.queue_per_slot <= MAX_QUEUE_PER_SLOT:
+        raise ProfileError(
+            f"{where}: queue_per_slot={s.queue_per_slot}: requests waiting per slot before 429 must be "
+            f"0-{MAX_QUEUE_PER_SLOT} (default 4)"
+        )
     if s.threads is not None and not 1 <= s.threads <= hw.vcpus:
         raise ProfileError(f"{where}: threads={s.threads} but {hw.instance_type} has {hw.vcpus} vCPUs")
     if p.fleet.spot and hw.has_gpu:

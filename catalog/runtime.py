@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from catalog.errors import ProfileError
-from catalog.server import ServerSettings, Speculative
+from catalog.server import MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
 
 SCHEMA = "gguf-serve-runtime/1"
 # ServerSettings fields added after schema 1 shipped, with the default an older spec means: left out of a spec
 # when they hold it, so a profile that does not use them keeps its spec, user data and release id.
-_ADDED_SERVER_FIELDS = {"n_cpu_moe": 0}
+_ADDED_SERVER_FIELDS = {"n_cpu_moe": 0, "queue_per_slot": 4}
 
 
 class RuntimeSpecError(ProfileError):
@@ -105,6 +105,8 @@ class RuntimeSpec:
         s = self.server
         if self.threads < 1 or s.parallel < 1 or s.ctx_per_slot < 512 or not 0 < s.port < 65536:
             raise RuntimeSpecError(f"{source}: threads, parallel, ctx_per_slot or port is out of range")
+        if not 0 <= s.queue_per_slot <= MAX_QUEUE_PER_SLOT:
+            raise RuntimeSpecError(f"{source}: server.queue_per_slot must be 0-{MAX_QUEUE_PER_SLOT}")
         if self.mtp and not self.model.has_mtp_layers:
             raise RuntimeSpecError(f"{source}: MTP is on but {self.model.file} has no MTP layers")
         if self.model.sha256 is not None and len(self.model.sha256) != 64:

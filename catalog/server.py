@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from catalog.profiles import ServingProfile
 
 ALL_LAYERS = 999  # -ngl value meaning "every layer on the GPU"
+MAX_QUEUE_PER_SLOT = 256
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class ServerSettings:
     port: int = SERVER_PORT
     metrics: bool = True  # /metrics (needs the API key) feeds autoscaling and dashboards
     n_cpu_moe: int = 0  # MoE expert weights of the first N layers kept in host RAM (--n-cpu-moe); ALL_LAYERS: all
+    queue_per_slot: int = 4  # requests waiting per slot before the hop (latencyproxy) answers 429
 
     @property
     def ctx_total(self) -> int:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import signal
 import sys
 import threading
 
 from catalog.names import SERVER_PORT, UPSTREAM_PORT
 from latencyproxy.gpu import GpuReader
-from latencyproxy.proxy import ProxyServer
+from latencyproxy.proxy import Admission, Limits, ProxyServer
+
+MIB = 1024 * 1024
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -34,6 +37,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--nvidia-smi", help="nvidia-smi binary (default: from PATH)")
     p.add_argument("--upstream-timeout", type=float, default=900.0, help="seconds without a byte from upstream")
+    p.add_argument(
+        "--spec",
+        help="runtime spec (catalog.runtime): slots and queue_per_slot for admission control come from it",
+    )
+    p.add_argument("--slots", type=int, help="llama-server's slots (-np), when there is no --spec")
+    p.add_argument(
+        "--queue-per-slot", type=int, help="waiting requests per slot before 429 (default: the spec's, else none)"
+    )
+    limits = Limits()
+    p.add_argument(
+        "--max-body-mib", type=float, default=limits.max_body_bytes / MIB, help="413 above (default %(default)s)"
+    )
+    p.add_argument(
+        "--idle-timeout", type=float, default=limits.idle_timeout_s, help="keep-alive s (default %(default)s)"
+    )
+    p.add_argument("--header-timeout", type=float, default=limits.header_timeout_s, help="s (default %(default)s)")
+    p.add_argument("--body-timeout", type=float, default=limits.body_timeout_s, help="s between body pieces")
+    p.add_argument("--max-connections", type=int, default=limits.max_connections, help="default %(default)s")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request line")
     return p
 
@@ -46,8 +67,24 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     gpu = None if args.gpu_metrics == "off" else GpuReader(args.nvidia_smi)
+    limits = Limits(
+        max_body_bytes=int(args.max_body_mib * MIB),
+        idle_timeout_s=args.idle_timeout,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_connections=args.max_connections,
+    )
+    _raise_open_files(limits.max_connections)
     try:
-        server = ProxyServer(args.listen, args.upstream, gpu=gpu, upstream_timeout_s=args.upstream_timeout)
+        admission = _admission(args)
+        server = ProxyServer(
+            args.listen,
+            args.upstream,
+            gpu=gpu,
+            upstream_timeout_s=args.upstream_timeout,
+            limits=limits,
+            admission=admission,
+        )
     except (ValueError, OSError) as e:
         print(f"latencyproxy: {e}", file=sys.stderr)
         return 2
@@ -56,7 +93,35 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     host, port = server.server_address[:2]
     gpu_text = f"GPU gauges from {gpu.binary}" if gpu and gpu.binary else "no GPU gauges"
-    logging.getLogger("latencyproxy").info("listening on %s:%s, upstream %s, %s", host, port, args.upstream, gpu_text)
+    shed = f"429 past {admission.limit} in flight" if admission.limit else "no admission limit"
+    logging.getLogger("latencyproxy").info(
+        "listening on %s:%s, upstream %s, %s, %s", host, port, args.upstream, gpu_text, shed
+    )
     with server:
         server.serve_forever()
     return 0
+
+
+def _admission(args: argparse.Namespace) -> Admission:
+    slots, queue = args.slots, args.queue_per_slot
+    if args.spec:
+        from catalog.runtime import RuntimeSpec, RuntimeSpecError
+
+        try:
+            spec = RuntimeSpec.load(args.spec)
+        except RuntimeSpecError as e:
+            raise ValueError(str(e)) from None
+        slots = slots or spec.server.parallel
+        queue = spec.server.queue_per_slot if queue is None else queue
+    if (slots is not None and slots < 1) or (queue is not None and queue < 0):
+        raise ValueError(f"--slots must be at least 1 and --queue-per-slot at least 0, got {slots} and {queue}")
+    return Admission(slots=slots or 1, queue_per_slot=queue)
+
+
+def _raise_open_files(connections: int) -> None:
+    """Room for every client connection and its upstream one: the soft limit up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * connections + 64
+    if soft != resource.RLIM_INFINITY and soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

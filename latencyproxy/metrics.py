@@ -30,7 +30,7 @@ class RequestRecord:
 
     started: float
     stream: bool = False
-    status: int | None = None
+    status: int | str | None = None  # the HTTP status, or "upstream_closed" for an answer llama-server cut off
     first_token: float | None = None
     last_token: float | None = None
     gaps: list[float] = field(default_factory=list)
@@ -46,21 +46,37 @@ class RequestRecord:
         self.last_token = at
 
 
+MAX_SSE_LINE = 1024 * 1024  # a longer SSE line is not scanned (its pieces are not kept either)
+
+
 class SseTokenScanner:
-    """Reads an SSE byte stream as it passes (any chunking) and marks the time of each chunk carrying tokens."""
+    """Reads an SSE byte stream as it passes (any chunking) and marks the time of each chunk carrying tokens.
+
+    Pieces of an unfinished line are kept in a list and joined once, when its newline arrives: linear in the
+    stream's size whatever the chunking (re-joining the buffer on every piece was quadratic)."""
 
     def __init__(self, record: RequestRecord) -> None:
         self.record = record
-        self._buffer = b""
+        self._pending: list[bytes] = []
+        self._pending_len = 0
+        self._overflow = False
 
     def feed(self, data: bytes, at: float) -> None:
-        self._buffer += data
-        if b"\n" not in data:
-            return
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
+        start = 0
+        while (end := data.find(b"\n", start)) != -1:
+            line: bytes | None = data[start:end]
+            if self._pending or self._overflow:
+                line = None if self._overflow else b"".join([*self._pending, data[start:end]])
+                self._pending, self._pending_len, self._overflow = [], 0, False
+            if line is not None and line.startswith(b"data:"):
                 self._event(line[5:].strip(), at)
+            start = end + 1
+        rest = data[start:]
+        if rest and not self._overflow:
+            self._pending.append(rest)
+            self._pending_len += len(rest)
+            if self._pending_len > MAX_SSE_LINE:
+                self._pending, self._pending_len, self._overflow = [], 0, True
 
     def _event(self, payload: bytes, at: float) -> None:
         # Byte checks; only the final event (timings) is parsed: the hop shares the CPU with llama-server.
@@ -104,6 +120,11 @@ class RequestMetrics:
         self.histograms = {name: Histogram(name, HELP[name], names.BUCKETS[name]) for name in names.HISTOGRAMS}
         self._requests: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+        # Admission and connections, set by the proxy (ints: read whole from another thread)
+        self.shed = 0  # slot-taking requests answered 429
+        self.in_flight = 0  # slot-taking requests admitted and not finished
+        self.admission_limit: int | None = None  # in_flight beyond which requests are shed; None: never
+        self.connections = 0  # client connections open
 
     def observe(self, r: RequestRecord) -> None:
         finished = r.finished if r.finished is not None else time.monotonic()
@@ -142,4 +163,21 @@ class RequestMetrics:
             requests = sorted(self._requests.items())
         lines = [f"# HELP {names.REQUESTS} Generation requests through the hop", f"# TYPE {names.REQUESTS} counter"]
         lines += [f'{names.REQUESTS}{{code="{c}",stream="{s}"}} {format_value(n)}' for (c, s), n in requests]
+        lines += [
+            f"# HELP {names.SHED} Slot-taking requests the hop answered 429 (admission limit reached)",
+            f"# TYPE {names.SHED} counter",
+            f"{names.SHED} {self.shed}",
+            f"# HELP {names.IN_FLIGHT} Slot-taking requests admitted to llama-server and not finished",
+            f"# TYPE {names.IN_FLIGHT} gauge",
+            f"{names.IN_FLIGHT} {self.in_flight}",
+            f"# HELP {names.CONNECTIONS} Client connections open at the hop",
+            f"# TYPE {names.CONNECTIONS} gauge",
+            f"{names.CONNECTIONS} {self.connections}",
+        ]
+        if self.admission_limit is not None:
+            lines += [
+                f"# HELP {names.ADMISSION_LIMIT} Requests in flight beyond which the hop sheds with 429",
+                f"# TYPE {names.ADMISSION_LIMIT} gauge",
+                f"{names.ADMISSION_LIMIT} {self.admission_limit}",
+            ]
         return "".join(parts) + "\n".join(lines) + "\n"

@@ -8,7 +8,12 @@ QUEUE_WAIT = f"{PREFIX}_queue_wait_seconds"
 DECODE_TPS = f"{PREFIX}_decode_tokens_per_second"
 DRAFT_ACCEPTANCE = f"{PREFIX}_draft_acceptance_ratio"
 DURATION = f"{PREFIX}_request_duration_seconds"
-REQUESTS = f"{PREFIX}_requests_total"  # counter, labels: code (HTTP status, or "client_closed"), stream
+# counter, labels: code (HTTP status, "client_closed", or "upstream_closed": llama-server cut the answer), stream
+REQUESTS = f"{PREFIX}_requests_total"
+SHED = f"{PREFIX}_requests_shed_total"  # counter: answered 429 by admission control
+IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge: slot-taking requests admitted, processing or waiting
+ADMISSION_LIMIT = f"{PREFIX}_admission_limit"  # gauge: slots * (1 + queue_per_slot), when set
+CONNECTIONS = f"{PREFIX}_connections_open"  # gauge
 
 GPU_MEMORY_USED = f"{PREFIX}_gpu_memory_used_bytes"  # gauge, label gpu (index)
 GPU_MEMORY_TOTAL = f"{PREFIX}_gpu_memory_total_bytes"

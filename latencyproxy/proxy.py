@@ -1,21 +1,33 @@
-"""The hop: a threaded HTTP/1.1 reverse proxy that forwards every request to llama-server as it comes.
+"""The hop: an asyncio HTTP/1.1 reverse proxy in front of llama-server, parsing both sides with h11.
 
-Bodies flow through in whatever pieces llama-server sends them (read1, one write per piece, TCP_NODELAY), so
-an SSE stream reaches the client token by token. Headers, including Authorization, go upstream unchanged and
-are never logged: llama-server checks the API key. GET /metrics answers llama-server's own /metrics (with the
-caller's key, so the same key check applies) followed by the hop's histograms and the GPU gauges.
+One event loop serves every connection: an idle or half-sent connection costs a coroutine and a few KiB, not a
+thread. h11 (RFC 9112, pure Python) frames requests and upstream responses; on top of it the hop refuses what
+would be ambiguous to forward (Content-Length with Transfer-Encoding, a target that is not origin-form) and
+bounds what a client can hold: header, body and idle timeouts, a body cap answered with 413, a connection cap
+that evicts the longest-idle connection first. Request bodies stream to llama-server piece by piece and answers
+stream back the same way (TCP_NODELAY), so an SSE stream reaches the client token by token. Headers, the
+Authorization header included, go upstream unchanged and are never logged: llama-server checks the API key.
+
+Admission: past `slots * (1 + queue_per_slot)` slot-taking requests in flight, the hop answers 429 with
+Retry-After instead of queueing without bound. GET /health is answered within `health_timeout_s` whatever the
+load; GET /metrics is llama-server's own /metrics (with the caller's key) followed by the hop's families.
 """
 
 from __future__ import annotations
 
-import http.client
+import asyncio
+import contextlib
 import json
 import logging
 import socket
+import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+import h11
 
 from latencyproxy.gpu import GpuReader
 from latencyproxy.metrics import RequestMetrics, RequestRecord, SseTokenScanner
@@ -25,18 +37,58 @@ log = logging.getLogger("latencyproxy")
 GENERATION_PATHS = frozenset(
     {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/completion"}
 )
+# POST routes of llama-server (tools/server/server.cpp) that take a slot: these count against admission.
+SLOT_PATHS = GENERATION_PATHS | frozenset(
+    {"/v1/responses", "/responses", "/v1/messages", "/infill", "/embedding", "/embeddings", "/v1/embeddings",
+     "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/v1/audio/transcriptions", "/audio/transcriptions"}
+)  # fmt: skip
 HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers", "transfer-encoding",
-     "upgrade", "host"}
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
+     b"transfer-encoding", b"upgrade", b"host", b"expect", b"proxy-connection"}
 )  # fmt: skip
 MAX_KEPT_BODY = 8 * 1024 * 1024  # a non-streamed answer is read for its timings up to this size
+MAX_METRICS_BODY = 16 * 1024 * 1024
+DRAIN_ON_REFUSAL = 1024 * 1024  # a refused request's body up to this is read and dropped to keep the connection
+READ_SIZE = 65536
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+HEALTH_ALIVE_S = 10.0  # upstream bytes this recent stand for a /health that llama-server did not answer in time
 
 
-class ProxyServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
+@dataclass(frozen=True)
+class Limits:
+    """What one client can hold. Times in seconds, sizes in bytes."""
+
+    max_body_bytes: int = 64 * 1024 * 1024  # larger request bodies get 413 (a long prompt is a few MiB of JSON)
+    max_header_bytes: int = 32 * 1024  # request line and headers; more gets 431
+    header_timeout_s: float = 10.0  # from a request's first byte to the end of its headers
+    body_timeout_s: float = 30.0  # between two pieces of a request body
+    idle_timeout_s: float = 620.0  # keep-alive between requests: above the ALB's 600 s idle timeout
+    send_timeout_s: float = 120.0  # a client that takes no bytes for this long is gone
+    max_connections: int = 4096  # past it, the longest-idle connection is closed for the new one
+    connect_timeout_s: float = 5.0
+    health_timeout_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Slot-taking requests in flight beyond slots * (1 + queue_per_slot) are shed with 429."""
+
+    slots: int = 1
+    queue_per_slot: int | None = None  # None: never shed
+    retry_after_s: int = 2
+
+    @property
+    def limit(self) -> int | None:
+        return None if self.queue_per_slot is None else self.slots * (1 + self.queue_per_slot)
+
+
+def error_body(status: int, message: str, kind: str, code: str | None = None) -> bytes:
+    """llama-server's error shape, which is OpenAI's ({"error": {"message", "type", "code"}})."""
+    return json.dumps({"error": {"code": code or status, "message": message, "type": kind, "param": None}}).encode()
+
+
+class ProxyServer:
+    """Binds at construction (errors surface there); `serve_forever` runs the loop in the calling thread."""
 
     def __init__(
         self,
@@ -46,6 +98,8 @@ class ProxyServer(ThreadingHTTPServer):
         metrics: RequestMetrics | None = None,
         gpu: GpuReader | None = None,
         upstream_timeout_s: float = 900.0,
+        limits: Limits | None = None,
+        admission: Admission | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
@@ -56,149 +110,571 @@ class ProxyServer(ThreadingHTTPServer):
         self.metrics = metrics or RequestMetrics()
         self.gpu = gpu
         self.upstream_timeout_s = upstream_timeout_s
-        super().__init__(listen, Handler)
+        self.limits = limits or Limits()
+        self.admission = admission or Admission()
+        self.metrics.admission_limit = self.admission.limit
+        self.in_flight = 0  # slot-taking requests admitted and not finished
+        self.last_upstream_byte = 0.0  # time.monotonic() of the last byte read from llama-server
+        self._connections: dict[_Connection, None] = {}  # insertion order: the oldest first
+        self._sock = socket.create_server(listen, backlog=1024, reuse_port=False)
+        self.server_address = self._sock.getsockname()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._finished = threading.Event()
+
+    def __enter__(self) -> ProxyServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server_close()
+
+    def serve_forever(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        finally:
+            self._finished.set()
+
+    def shutdown(self) -> None:
+        """From another thread: stop serving and wait for serve_forever to return."""
+        if not self._started.wait(10) or self._loop is None or self._stop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._finished.wait(10)
+
+    def server_close(self) -> None:
+        self._sock.close()
 
     def hop_exposition(self) -> str:
+        self.metrics.connections = len(self._connections)
+        self.metrics.in_flight = self.in_flight
         return self.metrics.exposition() + (self.gpu.exposition() if self.gpu else "")
 
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: ProxyServer
-    server_version = "gguf-serve-hop"
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        log.debug("%s %s", self.address_string(), format % args)
-
-    def do_GET(self) -> None:  # noqa: N802 - the base class dispatches on these names
-        self._forward()
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_GET
-
-    def _forward(self) -> None:
-        started = time.monotonic()
-        path = urlsplit(self.path).path
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self._reply(411, b'{"error":{"code":411,"message":"send a Content-Length body"}}')
-            return
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._accept, sock=self._sock, limit=READ_SIZE)
+        self._started.set()
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self._reply(400, b'{"error":{"code":400,"message":"bad Content-Length"}}')
-            return
-        body = self.rfile.read(length) if length > 0 else b""
-        measured = self.command == "POST" and path in GENERATION_PATHS
-        record = RequestRecord(started) if measured else None
-        upstream = http.client.HTTPConnection(
-            self.server.upstream_host, self.server.upstream_port, timeout=self.server.upstream_timeout_s
-        )
-        try:
-            try:
-                upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-                upstream.putheader("Host", self.server.upstream_netloc)
-                for name, value in self.headers.items():
-                    if name.lower() not in HOP_BY_HOP:
-                        upstream.putheader(name, value)
-                upstream.endheaders(body or None)
-                response = upstream.getresponse()
-            except OSError as e:
-                log.warning("upstream %s unreachable: %s", self.server.upstream_netloc, e)
-                if record:
-                    record.status = 502
-                    self.server.metrics.observe(record)
-                self._reply(502, b'{"error":{"code":502,"message":"llama-server is not reachable"}}')
-                return
-            if self.command == "GET" and path == "/metrics":
-                self._metrics(response)
-            else:
-                self._relay(response, record)
+            await self._stop.wait()
         finally:
-            upstream.close()
+            server.close()
+            tasks = [c.task for c in self._connections if c.task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _metrics(self, response: http.client.HTTPResponse) -> None:
-        body = response.read()
-        if response.status != 200:  # 401 without the key, 503 while loading: llama-server's answer as it is
-            self._send_head(response, len(body))
-            self.wfile.write(body)
-            return
-        body = body.rstrip(b"\n") + b"\n" + self.server.hop_exposition().encode()
-        self.send_response_only(200, response.reason)
-        for name, value in response.getheaders():  # Process-Start-Time-Unix: fleetmetrics sees server restarts
-            if name.lower() not in HOP_BY_HOP and name.lower() not in ("content-length", "content-type"):
-                self.send_header(name, value)
-        self.send_header("Content-Type", response.getheader("Content-Type") or METRICS_CONTENT_TYPE)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _send_head(self, response: http.client.HTTPResponse, length: int | None) -> bool:
-        """Status and upstream headers; returns whether the body goes chunked."""
-        self.send_response_only(response.status, response.reason)
-        for name, value in response.getheaders():
-            if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
-                self.send_header(name, value)
-        chunked = False
-        if length is not None:
-            self.send_header("Content-Length", str(length))
-        elif self.request_version == "HTTP/1.1":
-            self.send_header("Transfer-Encoding", "chunked")
-            chunked = True
-        else:
-            self.close_connection = True
-        if response.will_close and length is None and not chunked:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        return chunked
-
-    def _relay(self, response: http.client.HTTPResponse, record: RequestRecord | None) -> None:
-        no_body = self.command == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
-        length_header = response.getheader("Content-Length")
-        length = int(length_header) if length_header and length_header.isdigit() and not response.chunked else None
-        chunked = self._send_head(response, 0 if no_body else length)
-        scanner = kept = None
-        if record is not None:
-            record.status = response.status
-            record.stream = (response.getheader("Content-Type") or "").startswith("text/event-stream")
-            scanner = SseTokenScanner(record) if record.stream else None
-            kept = bytearray() if not record.stream and response.status == 200 else None
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if len(self._connections) >= self.limits.max_connections:
+            idle = next((c for c in self._connections if c.idle), None)
+            if idle is None:  # every connection is mid-request: refuse this one rather than grow
+                writer.close()
+                return
+            idle.close()
+        conn = _Connection(self, reader, writer)
+        conn.task = asyncio.current_task()
+        self._connections[conn] = None
         try:
-            while not no_body:
-                data = response.read1(65536)
+            await conn.run()
+        finally:
+            self._connections.pop(conn, None)
+
+
+class _ClientGone(Exception):
+    """The client closed, reset or stopped reading."""
+
+
+class _Refused(Exception):
+    """A request the hop answers itself with an error, never forwarded."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class _Connection:
+    """One client connection: requests one after another (h11 keeps pipelined bytes until the cycle ends)."""
+
+    def __init__(self, server: ProxyServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.reader = reader
+        self.writer = writer
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
+        self.idle = True
+        self.task: asyncio.Task[Any] | None = None
+        self.peer_eof = False
+        self.head_only = False  # the current request is HEAD: answers carry no body
+        self._read: asyncio.Future[bytes] | None = None
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.writer.transport.abort()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                self.idle = True
+                try:
+                    event = await self._next_request()
+                except h11.RemoteProtocolError as e:
+                    await self._refuse(e.error_status_hint, f"bad request: {e}")
+                    return
+                if not isinstance(event, h11.Request):
+                    return
+                self.idle = False
+                await self._handle(event)
+                if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+                    return
+                self.h11.start_next_cycle()
+        except (_ClientGone, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        except h11.LocalProtocolError as e:
+            log.warning("connection ended: %s", e)
+        finally:
+            if self.h11.our_state is h11.ERROR:
+                self.writer.transport.abort()
+            else:
+                if self.h11.their_state not in (h11.DONE, h11.IDLE, h11.CLOSED) and not self.peer_eof:
+                    await self._linger()
+                self.writer.close()
+            if self._read is not None:
+                self._read.cancel()
+
+    async def _linger(self, seconds: float = 2.0, most: int = 4 * 1024 * 1024) -> None:
+        """After an answer to a request whose body is still arriving (413, 429, 408): half-close and drop what
+        comes for a moment, so that the client reads the answer before the close resets the connection."""
+        end, dropped = time.monotonic() + seconds, 0
+        with contextlib.suppress(Exception):
+            self.writer.write_eof()
+            while dropped < most and (left := end - time.monotonic()) > 0:
+                read, self._read = self._read or asyncio.ensure_future(self.reader.read(READ_SIZE)), None
+                done, _ = await asyncio.wait({read}, timeout=left)
+                if not done:
+                    read.cancel()
+                    return
+                data = read.result()
                 if not data:
-                    break
-                if scanner is not None:
-                    scanner.feed(data, time.monotonic())
-                elif kept is not None and len(kept) + len(data) <= MAX_KEPT_BODY:
-                    kept += data
-                self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
-            if chunked:
-                self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError) as e:  # the client left; closing upstream cancels the task
-            self.close_connection = True
-            if record is not None:
-                record.client_closed = True
-            log.debug("client closed during the answer: %s", e)
-        except (OSError, http.client.HTTPException) as e:  # upstream died mid-answer: end this connection too
-            self.close_connection = True
-            log.warning("upstream answer broke off: %s: %s", type(e).__name__, e)
-        if record is None:
+                    return
+                dropped += len(data)
+
+    async def _receive(self, timeout: float) -> None:
+        """Feed h11 the next bytes. The read outlives a timeout or a cancelled caller and is picked up by the next
+        call: cancelling a read that already got bytes would lose them (asyncio.wait_for's race)."""
+        if self._read is None:
+            self._read = asyncio.ensure_future(self.reader.read(READ_SIZE))
+        done, _ = await asyncio.wait({self._read}, timeout=timeout)
+        if not done:
+            raise TimeoutError
+        read, self._read = self._read, None
+        try:
+            data = read.result()
+        except (ConnectionError, OSError) as e:
+            raise _ClientGone(str(e)) from None
+        if not data:
+            self.peer_eof = True
+        self.h11.receive_data(data)
+
+    async def _next_request(self) -> h11.Request | h11.ConnectionClosed:
+        """The next request head: idle_timeout_s for its first byte, then header_timeout_s for all of it."""
+        deadline = None
+        while True:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                if deadline is None and self.h11.trailing_data[0]:
+                    deadline = time.monotonic() + self.limits.header_timeout_s
+                wait = self.limits.idle_timeout_s if deadline is None else deadline - time.monotonic()
+                if wait <= 0:
+                    await self._refuse(408, "request headers not complete in time")
+                    raise _ClientGone("header timeout")
+                try:
+                    await self._receive(wait)
+                except TimeoutError:
+                    if deadline is not None:
+                        await self._refuse(408, "request headers not complete in time")
+                    raise _ClientGone("timeout") from None
+                continue
+            if isinstance(event, h11.Request | h11.ConnectionClosed):
+                return event
+            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}", error_status_hint=400)
+
+    async def _send(self, event: h11.Event) -> None:
+        data = self.h11.send(event)
+        if data:
+            self.writer.write(data)
+            try:
+                await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
+            except (ConnectionError, OSError, TimeoutError) as e:
+                raise _ClientGone(str(e) or type(e).__name__) from None
+
+    async def _reply(
+        self, status: int, body: bytes, content_type: bytes = b"application/json", extra: Iterable = ()
+    ) -> None:
+        headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *extra]
+        await self._send(h11.Response(status_code=status, headers=headers))
+        if not self.head_only:
+            await self._send(h11.Data(data=body))
+        await self._send(h11.EndOfMessage())
+
+    async def _refuse(self, status: int, message: str, *, close: bool = True, extra: Iterable = ()) -> None:
+        """An error answer the hop writes itself; with close, the connection ends after it."""
+        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
-        record.finished = time.monotonic()
-        if kept is not None:
-            record.timings = _timings(bytes(kept))
-        self.server.metrics.observe(record)
+        kind = {429: "rate_limit_error", 413: "invalid_request_error"}.get(status, "invalid_request_error")
+        headers = [(b"connection", b"close")] if close else []
+        with contextlib.suppress(_ClientGone, h11.LocalProtocolError):
+            await self._reply(status, error_body(status, message, kind), extra=[*headers, *extra])
+
+    async def _drain_body(self, limit: int) -> bool:
+        """Read and drop the request body up to `limit` bytes; True when it ended there."""
+        seen = 0
+        while seen <= limit:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                if self.peer_eof:
+                    return False
+                try:
+                    await self._receive(self.limits.body_timeout_s)
+                except TimeoutError:
+                    return False
+            elif isinstance(event, h11.Data):
+                seen += len(event.data)
+            else:
+                return isinstance(event, h11.EndOfMessage)
+        return False
+
+    async def _handle(self, request: h11.Request) -> None:
+        started = time.monotonic()
+        self.head_only = request.method == b"HEAD"
+        try:
+            route, length, chunked = self._check(request)
+        except _Refused as e:
+            await self._refuse(e.status, e.message)
+            return
+        method = request.method.decode("ascii")
+        server = self.server
+        if method == "GET" and route in ("/health", "/v1/health"):
+            await self._health(request)
+            return
+        slot = method == "POST" and route in SLOT_PATHS
+        measured = method == "POST" and route in GENERATION_PATHS
+        record = RequestRecord(started) if measured else None
+        limit = server.admission.limit
+        if slot and limit is not None and server.in_flight >= limit:
+            server.metrics.shed += 1
+            if record is not None:
+                record.status = 429
+                server.metrics.observe(record)
+            keep = length is not None and length <= DRAIN_ON_REFUSAL and await self._drain_body(DRAIN_ON_REFUSAL)
+            await self._refuse(
+                429,
+                f"llama-server has {server.in_flight} requests for {server.admission.slots} slots; retry later",
+                close=not keep,
+                extra=[(b"retry-after", b"%d" % server.admission.retry_after_s)],
+            )
+            return
+        if slot:
+            server.in_flight += 1
+        try:
+            await _Exchange(self, request, route, chunked, record).run()
+        finally:
+            if slot:
+                server.in_flight -= 1
+
+    def _check(self, request: h11.Request) -> tuple[str, int | None, bool]:
+        """(route as llama-server matches it, Content-Length, chunked), or _Refused for what is not forwarded."""
+        target = request.target
+        if not target.startswith(b"/"):
+            raise _Refused(400, "the request target must be a path (origin-form)")
+        lengths = [v for n, v in request.headers if n == b"content-length"]
+        chunked = any(n == b"transfer-encoding" for n, _ in request.headers)
+        if lengths and chunked:  # RFC 9112 6.1: a proxy must not forward such a request; llama-server reads both
+            raise _Refused(400, "Content-Length together with Transfer-Encoding")
+        length = int(lengths[0]) if lengths else None  # h11 took digits only and equal duplicates as one
+        if length is not None and length > self.limits.max_body_bytes:
+            raise _Refused(413, f"request body of {length} bytes; the hop takes at most {self.limits.max_body_bytes}")
+        # cpp-httplib routes on the part before '#' and '?', percent-decoded (decode_path_component)
+        path = target.split(b"#", 1)[0].split(b"?", 1)[0].decode("latin-1")
+        return unquote(path, errors="replace"), length, chunked
+
+    async def _health(self, request: h11.Request) -> None:
+        """llama-server's own /health when it answers in time; otherwise an answer from what the hop saw."""
+        server = self.server
+        try:
+            status, headers, body = await asyncio.wait_for(
+                _fetch(server, request, limit=65536), self.limits.health_timeout_s
+            )
+        except (TimeoutError, OSError, h11.ProtocolError) as e:
+            alive = time.monotonic() - server.last_upstream_byte < HEALTH_ALIVE_S
+            log.debug("upstream /health: %s; upstream %s", type(e).__name__, "streaming" if alive else "silent")
+            if alive:  # busy answering others: the HTTP threads are taken, the model is loaded
+                await self._reply(200, b'{"status":"ok"}')
+            else:
+                await self._reply(503, error_body(503, "llama-server did not answer /health", "unavailable_error"))
+            return
+        await self._relay_whole(status, headers, body)
+
+    async def _relay_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        kept = [(n, v) for n, v in headers if n.lower() not in HOP_BY_HOP and n.lower() != b"content-length"]
+        await self._send(h11.Response(status_code=status, headers=[*kept, (b"content-length", b"%d" % len(body))]))
+        if body:
+            await self._send(h11.Data(data=body))
+        await self._send(h11.EndOfMessage())
+
+
+def _forwarded_headers(server: ProxyServer, request: h11.Request, chunked: bool) -> list[tuple[bytes, bytes]]:
+    headers = [(b"Host", server.upstream_netloc.encode())]
+    headers += [(n, v) for n, v in request.headers.raw_items() if n.lower() not in HOP_BY_HOP]
+    if chunked:
+        headers.append((b"Transfer-Encoding", b"chunked"))
+    return headers
+
+
+async def _open_upstream(server: ProxyServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(server.upstream_host, server.upstream_port, limit=READ_SIZE),
+        server.limits.connect_timeout_s,
+    )
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return reader, writer
+
+
+async def _fetch(server: ProxyServer, request: h11.Request, *, limit: int) -> tuple[int, list, bytes]:
+    """A bodiless request to llama-server with the caller's headers; the whole answer, up to `limit` bytes."""
+    reader, writer = await _open_upstream(server)
+    try:
+        up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        head = h11.Request(
+            method=request.method, target=request.target, headers=_forwarded_headers(server, request, False)
+        )
+        writer.write(up.send(head) + up.send(h11.EndOfMessage()))
+        status, headers, body = 0, [], bytearray()
+        while True:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(READ_SIZE)
+                up.receive_data(data)
+            elif isinstance(event, h11.Response):
+                status, headers = event.status_code, list(event.headers.raw_items())
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > limit:
+                    raise h11.RemoteProtocolError(f"upstream answer over {limit} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                return status, headers, bytes(body)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed without an answer")
+    finally:
+        writer.transport.abort()
+
+
+class _Exchange:
+    """One forwarded request: the body streams up while the answer streams back; either side leaving ends both."""
+
+    def __init__(
+        self, conn: _Connection, request: h11.Request, route: str, chunked: bool, record: RequestRecord | None
+    ) -> None:
+        self.conn = conn
+        self.server = conn.server
+        self.request = request
+        self.route = route
+        self.chunked = chunked
+        self.record = record
+        self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self.head_sent = False
+        self._up_read: asyncio.Future[bytes] | None = None
+
+    async def run(self) -> None:
+        server, conn = self.server, self.conn
+        try:
+            reader, writer = await _open_upstream(server)
+        except (OSError, TimeoutError) as e:
+            log.warning("upstream %s unreachable: %s", server.upstream_netloc, e or type(e).__name__)
+            self._observe(502)
+            await conn._refuse(502, "llama-server is not reachable", close=True)
+            return
+        body = asyncio.create_task(self._pump_body(writer))
+        try:
+            await self._relay(reader, body)
+        except _ClientGone as e:
+            if self.record is not None:
+                self.record.client_closed = True
+            log.debug("client left during the answer: %s", e)
+        except (OSError, TimeoutError, h11.RemoteProtocolError) as e:
+            log.warning("upstream answer broke off: %s: %s", type(e).__name__, e)
+            if self.head_sent:
+                conn.writer.transport.abort()  # no final chunk: the client sees a cut answer, not a complete one
+                self._observe("upstream_closed")
+            else:
+                self._observe(502)
+                await conn._refuse(502, "llama-server closed the connection without an answer")
+        finally:
+            body.cancel()
+            with contextlib.suppress(BaseException):
+                await body
+            if self._up_read is not None:
+                self._up_read.cancel()
+            writer.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
+        if self.record is not None and self.record.finished is None:
+            self.record.finished = time.monotonic()
+            self.server.metrics.observe(self.record)
+
+    def _observe(self, status: int | str) -> None:
+        if self.record is not None and self.record.finished is None:
+            self.record.status = status  # type: ignore[assignment]
+            self.record.finished = time.monotonic()
+            self.server.metrics.observe(self.record)
+
+    async def _pump_body(self, writer: asyncio.StreamWriter) -> None:
+        """Request head and body to llama-server as the client sends them; then watch for the client leaving."""
+        conn, up, limits = self.conn, self.up, self.conn.limits
+        head = h11.Request(
+            method=self.request.method,
+            target=self.request.target,
+            headers=_forwarded_headers(self.server, self.request, self.chunked),
+        )
+        writer.write(up.send(head))
+        sent = 0
+        while True:
+            event = conn.h11.next_event()
+            if event is h11.NEED_DATA:
+                if conn.h11.they_are_waiting_for_100_continue:
+                    await conn._send(h11.InformationalResponse(status_code=100, headers=[]))
+                if conn.peer_eof:
+                    raise _ClientGone("the client closed mid-body")
+                try:
+                    await conn._receive(limits.body_timeout_s)
+                except TimeoutError:
+                    raise _ClientGone("request body timeout") from None
+                continue
+            if isinstance(event, h11.Data):
+                sent += len(event.data)
+                if sent > limits.max_body_bytes:
+                    raise _Refused(413, "request body over the limit")
+                writer.write(up.send(h11.Data(data=event.data)))
+                await writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                writer.write(up.send(h11.EndOfMessage()))
+                await writer.drain()
+                break
+            else:
+                raise _ClientGone(f"unexpected {type(event).__name__}")
+        # The body is in. A read that ends (EOF or reset) means the client left: stop the answer, free the slot.
+        while not conn.peer_eof and len(conn.h11.trailing_data[0]) <= limits.max_header_bytes:
+            try:
+                await conn._receive(limits.idle_timeout_s)
+            except TimeoutError:
+                continue
+        if conn.peer_eof:
+            raise _ClientGone("the client closed while waiting for the answer")
+
+    async def _relay(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+        conn, up, server, record = self.conn, self.up, self.server, self.record
+        metrics_route = self.request.method == b"GET" and self.route == "/metrics"
+        scanner: SseTokenScanner | None = None
+        kept: bytearray | None = None
+        while True:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                data = await self._read_upstream(reader, body)
+                up.receive_data(data)
+                continue
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                if metrics_route:
+                    await self._metrics(event, reader, body)
+                    return
+                headers = [(n, v) for n, v in event.headers.raw_items() if n.lower() not in HOP_BY_HOP]
+                if record is not None:
+                    record.status = event.status_code
+                    ctype = event.headers and dict(event.headers).get(b"content-type", b"")
+                    record.stream = bool(ctype) and ctype.startswith(b"text/event-stream")
+                    scanner = SseTokenScanner(record) if record.stream else None
+                    kept = bytearray() if not record.stream and event.status_code == 200 else None
+                await conn._send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
+                self.head_sent = True
+            elif isinstance(event, h11.Data):
+                if scanner is not None:
+                    scanner.feed(event.data, time.monotonic())
+                elif kept is not None and len(kept) + len(event.data) <= MAX_KEPT_BODY:
+                    kept += event.data
+                await conn._send(h11.Data(data=event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                if record is not None:
+                    record.finished = time.monotonic()
+                    if kept is not None:
+                        record.timings = _timings(bytes(kept))
+                # llama-server may answer before the body is in: then the client's h11 is not DONE and run() closes
+                await conn._send(h11.EndOfMessage())
+                if record is not None:
+                    server.metrics.observe(record)
+                return
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed")
+
+    async def _read_upstream(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> bytes:
+        """The next bytes from llama-server, or what ended the body pump (the client left, a 413)."""
+        if self._up_read is None:
+            self._up_read = asyncio.ensure_future(reader.read(READ_SIZE))
+        read = self._up_read
+        waiting: set[asyncio.Future[Any]] = {read} if body.done() else {read, body}
+        done, _ = await asyncio.wait(
+            waiting, timeout=self.server.upstream_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if read not in done:
+            if body in done:
+                error = body.exception()
+                if isinstance(error, h11.RemoteProtocolError):  # a malformed chunked body
+                    error = _Refused(400, f"bad request body: {error}")
+                if isinstance(error, _Refused):
+                    self._observe(error.status)
+                    if not self.head_sent:
+                        await self.conn._refuse(error.status, error.message)
+                    raise _ClientGone(error.message)
+                if error is not None:
+                    raise error if isinstance(error, _ClientGone) else _ClientGone(str(error))
+                return await self._read_upstream(reader, body)
+            raise TimeoutError(f"no byte from llama-server in {self.server.upstream_timeout_s} s")
+        self._up_read = None
+        data = read.result()
+        if data:
+            self.server.last_upstream_byte = time.monotonic()
+        return data
+
+    async def _metrics(self, response: h11.Response, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+        up, conn = self.up, self.conn
+        parts = bytearray()
+        while True:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                up.receive_data(await self._read_upstream(reader, body))
+            elif isinstance(event, h11.Data):
+                parts += event.data
+                if len(parts) > MAX_METRICS_BODY:
+                    raise h11.RemoteProtocolError("upstream /metrics too large")
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed")
+        headers = list(response.headers.raw_items())
+        payload = bytes(parts)
+        if response.status_code == 200:  # 401 without the key, 503 while loading: llama-server's answer as it is
+            hop = await asyncio.to_thread(self.server.hop_exposition)  # nvidia-smi may take a while
+            payload = payload.rstrip(b"\n") + b"\n" + hop.encode()
+            if not any(n.lower() == b"content-type" for n, _ in headers):
+                headers.append((b"Content-Type", METRICS_CONTENT_TYPE.encode()))
+        self.head_sent = True  # from here an error cannot become a 502 cleanly
+        await conn._relay_whole(response.status_code, headers, payload)
 
 
 def _timings(body: bytes) -> dict[str, Any] | None:

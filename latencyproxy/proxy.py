@@ -230,6 +230,8 @@ class _Connection:
                     return
                 self.idle = False
                 await self._handle(event)
+                if self.h11.our_state is h11.DONE and self.h11.their_state is h11.SEND_BODY:
+                    await self._drain_body(DRAIN_ON_REFUSAL)  # answered without its body (/health, a 429)
                 if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
                     return
                 self.h11.start_next_cycle()
@@ -264,11 +266,11 @@ class _Connection:
                     return
                 dropped += len(data)
 
-    async def _receive(self, timeout: float) -> None:
+    async def _receive(self, timeout: float, size: int = READ_SIZE) -> None:
         """Feed h11 the next bytes. The read outlives a timeout or a cancelled caller and is picked up by the next
         call: cancelling a read that already got bytes would lose them (asyncio.wait_for's race)."""
         if self._read is None:
-            self._read = asyncio.ensure_future(self.reader.read(READ_SIZE))
+            self._read = asyncio.ensure_future(self.reader.read(size))
         done, _ = await asyncio.wait({self._read}, timeout=timeout)
         if not done:
             raise TimeoutError
@@ -293,8 +295,10 @@ class _Connection:
                 if wait <= 0:
                     await self._refuse(408, "request headers not complete in time")
                     raise _ClientGone("header timeout")
+                # h11 checks its limit on incomplete heads only: never read past it, so that a bigger head is one
+                room = self.limits.max_header_bytes + 1 - len(self.h11.trailing_data[0])
                 try:
-                    await self._receive(wait)
+                    await self._receive(wait, size=max(1, room))
                 except TimeoutError:
                     if deadline is not None:
                         await self._refuse(408, "request headers not complete in time")

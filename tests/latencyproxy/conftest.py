@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +35,27 @@ def chat_chunk(content: str | None = None, **extra) -> dict:
 TIMINGS = {"prompt_n": 10, "prompt_ms": 100.0, "predicted_n": 4, "predicted_ms": 200.0, "predicted_per_second": 20.0}
 
 
+def _read_chunked(rfile) -> bytes:
+    out = b""
+    while size := int(rfile.readline().split(b";")[0], 16):
+        out += rfile.read(size)
+        rfile.readline()
+    rfile.readline()
+    return out
+
+
+def _closed_within(conn: socket.socket, seconds: float) -> bool:
+    """True when the peer closes the connection within `seconds` (readable with nothing to read)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([conn], [], [], left)[0]:
+            try:
+                return conn.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
+    return False
+
+
 class Upstream(ThreadingHTTPServer):
     """Answers like llama-server: 401 without the key; a stream whose pieces are paced by `gate` events."""
 
@@ -43,6 +66,8 @@ class Upstream(ThreadingHTTPServer):
         self.gate = threading.Event()  # the stream's second half waits for this
         self.pause_s = 0.0
         self.stream_closed = threading.Event()
+        self.held = threading.Event()
+        self.hold_closed = threading.Event()
         super().__init__(("127.0.0.1", 0), UpstreamHandler)
 
     @property
@@ -66,7 +91,8 @@ class UpstreamHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
-        self.server.seen.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
+        target = self.requestline.split()[1]  # http.server turns a leading // into / in self.path
+        self.server.seen.append({"method": "GET", "path": self.path, "target": target, "headers": dict(self.headers)})
         if self.path == "/metrics":
             if self.headers.get("Authorization") != f"Bearer {KEY}":
                 return self._json(401, {"error": {"message": "Invalid API Key"}})
@@ -82,10 +108,20 @@ class UpstreamHandler(BaseHTTPRequestHandler):
         return self._json(200, {"status": "ok"})
 
     def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.seen.append({"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body})
+        lengths = self.headers.get_all("Content-Length") or []
+        raw = self.rfile.read(int(lengths[0])) if lengths else _read_chunked(self.rfile)
+        body = json.loads(raw)
+        self.server.seen.append(
+            {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body, "lengths": lengths}
+        )
         if self.headers.get("Authorization") != f"Bearer {KEY}":
             return self._json(401, {"error": {"message": "Invalid API Key"}})
+        if body.get("hold"):  # a non-streamed answer that waits for the hop to close the connection
+            self.server.held.set()
+            if _closed_within(self.connection, 10):
+                self.server.hold_closed.set()
+            self.close_connection = True
+            return None
         if not body.get("stream"):
             time.sleep(self.server.pause_s)
             return self._json(200, {"choices": [{"message": {"content": "abcd"}}], "timings": TIMINGS})
@@ -100,6 +136,11 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             time.sleep(self.server.pause_s)
             for p in pieces:
                 self._chunk(p)
+            if body.get("crash"):  # llama-server dies mid-stream: the connection ends without the last chunk
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return None
             self.server.gate.wait(10)
             for p in [*later, *end]:
                 self._chunk(p)
@@ -131,6 +172,23 @@ def hop(upstream: Upstream) -> Iterator[ProxyServer]:
     yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def make_hop(upstream: Upstream) -> Iterator:
+    """make_hop(limits=..., admission=..., upstream=url): a hop with other settings, stopped after the test."""
+    started: list[ProxyServer] = []
+
+    def make(url: str | None = None, **kwargs) -> ProxyServer:
+        server = ProxyServer(("127.0.0.1", 0), url or upstream.url, **kwargs)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.shutdown()
+        server.server_close()
 
 
 def hop_url(server: ProxyServer) -> str:

@@ -20,7 +20,17 @@ tag=$("$python" "$root/launcher/cpu.py" cache-tag "$sha256 ${cmake_flags[*]} $cf
 dest="$cache_root/llama-server-$version-$(uname -m)-$tag"
 binary="$dest/bin/llama-server"
 
-if [[ -x "$binary" ]] && "$binary" --version >/dev/null 2>&1; then
+cached() { [[ -x "$binary" ]] && "$binary" --version >/dev/null 2>&1; }
+if cached; then
+  echo "$binary"
+  exit 0
+fi
+# One build at a time per cache (tests, `make demo` and a second shell may ask at once); the winner's binary
+# serves the others.
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.llama-server.lock"
+flock 9
+if cached; then
   echo "$binary"
   exit 0
 fi

@@ -14,7 +14,6 @@ from pathlib import Path
 from catalog import model_facts
 from catalog.errors import ProfileError
 from catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
-from catalog.lockfile import read_lock, write_lock
 from catalog.profiles import deploy_refusal, memory_fit
 
 
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _lock(root: Path, target: str, endpoint: str | None, lock_file: Path) -> int:
     from catalog.loader import _toml
-    from catalog.lock import lock_model
+    from catalog.lookup import lock_and_commit
 
     declared = _toml(root / "models.toml")
     name = target
@@ -57,16 +56,13 @@ def _lock(root: Path, target: str, endpoint: str | None, lock_file: Path) -> int
         if name not in declared:
             known = ", ".join(sorted(declared))
             raise ProfileError(f"{target!r} is neither a model of {root / 'models.toml'} ({known}) nor a profile")
-    d = declared[name]
-    result = lock_model(name, repo=d["repo"], file=d["file"], revision=d.get("revision", "master"), endpoint=endpoint)
+    result = lock_and_commit(name, root=root, lock_file=lock_file, endpoint=endpoint)  # validated, then written
     e = result.entry
-    entries = read_lock(lock_file)
-    entries[name] = e
-    write_lock(lock_file, entries)
     facts = e.header
     print(f"locked {name}: {e.repo}/{e.file}@{e.revision} (commit {e.commit or 'not listed'})")
     print(f"  size {e.size_bytes:,} bytes, sha256 {e.sha256}")
-    print(f"  header: {result.bytes_read:,} bytes in {result.requests} range requests ({facts['architecture']})")
+    print(f"  header: {result.bytes_read:,} bytes in {result.requests} range requests from {e.served_by} "
+          f"({facts['architecture']})")  # fmt: skip
     print(
         f"  kv cache {model_facts.kv_bytes_per_token(facts):,} bytes/token, recurrent state "
         f"{model_facts.recurrent_state_bytes(facts):,} bytes/slot, MTP layers {model_facts.mtp_layers(facts)}"

@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from catalog import model_facts
+from catalog import limits, model_facts
 from catalog.errors import ProfileError
 from catalog.fleet import FleetSettings
 from catalog.hardware import Architecture, Hardware
@@ -45,6 +45,7 @@ class Catalog:
     lock_file: Path
     workstations: dict[str, Hardware] = field(default_factory=dict)  # [workstation."<card>"]: GPU machines
     workstation_profiles: dict[str, Any] = field(default_factory=dict)  # profiles/workstation/*.toml; never stacks
+    unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
 
     def profile_by_stack(self, stack_name: str) -> Any:
         for p in self.profiles.values():
@@ -60,7 +61,9 @@ def default_catalog() -> Catalog:
     return load_catalog()
 
 
-def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None) -> Catalog:
+def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None, skip_unlocked: bool = False) -> Catalog:
+    """skip_unlocked: a profile whose model has no lock entry at all is left out (named in `unlocked`) instead of
+    refused; the app refuses just its stack, and builds the others."""
     if not root.is_dir():
         raise ProfileError(f"no profile folder at {root}: the catalog's data lives in profiles/ at the repo root")
     lock_file = lock_file or root / LOCK_NAME
@@ -69,7 +72,12 @@ def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None) ->
     models = load_models(root / "models.toml", locks, lock_file)
     profiles = {}
     stacks: dict[str, Path] = {}
+    unlocked: dict[str, str] = {}
+    declared_models = _toml(root / "models.toml")
     for path in sorted((root / "serving").glob("*.toml")):
+        if skip_unlocked and (model := _unlocked_model(path, declared_models, models)):
+            unlocked[str(path)] = model
+            continue
         p = load_profile(path, hardware=hardware, models=models)
         if p.stack_name and p.stack_name in stacks:
             raise ProfileError(f"{path}: stack {p.stack_name!r} is already {stacks[p.stack_name]}'s; pick another")
@@ -79,8 +87,15 @@ def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None) ->
     workstation_profiles = {
         path.stem: load_workstation_profile(path, cards=cards, models=models)
         for path in sorted((root / "workstation").glob("*.toml"))
+        if not (skip_unlocked and _unlocked_model(path, declared_models, models))
     }
-    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles)
+    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked)
+
+
+def _unlocked_model(path: Path, declared: dict[str, Any], models: dict[str, ModelArtifact]) -> str:
+    """The model a profile file names when it is declared but has no lock entry yet, else ''."""
+    model = _toml(path).get("model")
+    return model if isinstance(model, str) and model in declared and model not in models else ""
 
 
 # --- files -------------------------------------------------------------------------------------------------------
@@ -118,12 +133,36 @@ def load_hardware(path: Path) -> dict[str, Hardware]:
             raise ProfileError(f"{where}: ami must name one of [ami.*] ({', '.join(sorted(amis))}), got {ami_name!r}")
         ami = _table(amis[ami_name], _where(path, "ami", ami_name))
         _only(ami, {"ssm_parameter", "root_snapshot_gib"}, _where(path, "ami", ami_name))
+        _check_ami(ami, _where(path, "ami", ami_name))
         table["ami_ssm_parameter"] = ami.get("ssm_parameter")
         table["ami_root_snapshot_gib"] = ami.get("root_snapshot_gib")
         if "architecture" in table:
             table["architecture"] = _enum(Architecture, table["architecture"], f"{where}.architecture")
-        out[name] = _build(Hardware, {"instance_type": name, **table}, where, skip={"instance_type"})
+        out[name] = _build(Hardware, {"instance_type": name, **table}, where,
+                           skip={"instance_type", "ami_ssm_parameter", "ami_root_snapshot_gib"})  # fmt: skip
+        _check_hardware(out[name], where)
     return out
+
+
+def _check_ami(ami: dict[str, Any], where: str) -> None:
+    param, snapshot = ami.get("ssm_parameter"), ami.get("root_snapshot_gib")
+    if not isinstance(param, str) or not param.startswith("/"):
+        raise ProfileError(f"{where}.ssm_parameter: {param!r} is not an SSM parameter name; allowed: a name like "
+                           "/aws/service/...")  # fmt: skip
+    if not _is(snapshot, int) or not 1 <= snapshot <= 16384:
+        raise ProfileError(f"{where}.root_snapshot_gib: {snapshot!r} is not a snapshot size; allowed: an integer "
+                           "from 1 to 16,384 GiB (gp3's largest volume)")  # fmt: skip
+
+
+def _check_hardware(hw: Hardware, where: str) -> None:
+    if hw.physical_cores > hw.vcpus:
+        raise ProfileError(f"{where}.physical_cores: {hw.physical_cores} is more than vcpus ({hw.vcpus}); "
+                           f"allowed: 1 to {hw.vcpus}")  # fmt: skip
+    if hw.host_reserve_gib >= hw.memory_gib:
+        raise ProfileError(f"{where}.host_reserve_gib: {hw.host_reserve_gib} leaves nothing of memory_gib "
+                           f"({hw.memory_gib}); allowed: less than memory_gib")  # fmt: skip
+    if hw.has_gpu and hw.gpu_memory_gib <= 0:
+        raise ProfileError(f"{where}.gpu_memory_gib: {hw.gpu_memory_gib} for a GPU ({hw.gpu}); allowed: more than 0")
 
 
 _WORKSTATION_KEYS = {"gpu", "gpu_memory_gib", "memory_gib", "vcpus", "physical_cores", "cpu", "architecture",
@@ -149,7 +188,9 @@ def load_workstations(path: Path) -> dict[str, Hardware]:
             raise ProfileError(f"{where}: gpu is missing or not a string (a workstation is a GPU machine)")
         table["architecture"] = _enum(Architecture, table["architecture"], f"{where}.architecture")
         values = {"instance_type": name, "ami_ssm_parameter": "", "ami_root_snapshot_gib": 0, **table}
-        out[name] = _build(Hardware, values, where, skip={"instance_type", "ami_ssm_parameter"})
+        injected = {"instance_type", "ami_ssm_parameter", "ami_root_snapshot_gib"}
+        out[name] = _build(Hardware, values, where, skip=injected)
+        _check_hardware(out[name], where)
     return out
 
 
@@ -190,6 +231,10 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
             ),
         }
         out[name] = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
+        active, total = out[name].active_params_b, out[name].total_params_b
+        if active > total:
+            raise ProfileError(f"{where}.active_params_b: {active} is more than total_params_b ({total}); "
+                               "allowed: at most total_params_b (less means MoE)")  # fmt: skip
     return out
 
 
@@ -228,6 +273,8 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
     for key in ("allowed_cidrs", "off_hours"):
         if isinstance(fleet_doc.get(key), list):
             fleet_doc[key] = tuple(fleet_doc[key])
+    fleet = _build(FleetSettings, fleet_doc, f"{where}: fleet")
+    _check_fleet(fleet, f"{where}: fleet")
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
@@ -238,9 +285,26 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
         model=models[doc["model"]],
         server=_build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"}),
         image=image,
-        fleet=_build(FleetSettings, fleet_doc, f"{where}: fleet"),
+        fleet=fleet,
         description=description,
     )
+
+
+def _check_fleet(f: FleetSettings, where: str) -> None:
+    """Keys that bound each other; the message names the other key."""
+    pairs = [
+        ("min_capacity", f.min_capacity, "max_capacity", f.max_capacity),
+        ("warm_pool_size", f.warm_pool_size, "max_capacity", f.max_capacity),
+        ("nat_gateways", f.nat_gateways, "max_azs", f.max_azs),
+    ]
+    if f.desired_capacity is not None:
+        pairs.append(("desired_capacity", f.desired_capacity, "max_capacity", f.max_capacity))
+    for key, value, other, bound in pairs:
+        if value > bound:
+            raise ProfileError(f"{where}.{key}: {value} is more than {other} ({bound}); allowed: 0 to {other}")
+    if f.desired_capacity is not None and f.desired_capacity < f.min_capacity:
+        raise ProfileError(f"{where}.desired_capacity: {f.desired_capacity} is less than min_capacity "
+                           f"({f.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
 
 
 _WORKSTATION_PROFILE_KEYS = {"workstation", "model", "image", "description", "host_memory_gib", "server"}
@@ -350,6 +414,8 @@ def _build(cls: type, values: dict[str, Any], where: str, *, skip: set[str] = fr
         if name not in skip and not _is(values[name], hints[name]):
             got = f"{values[name]!r} ({type(values[name]).__name__})"
             raise ProfileError(f"{where}: {name} must be {_type_name(hints[name])}, got {got}")
+        if name not in skip:
+            limits.check(cls, name, values[name], where)
     return cls(**values)
 
 

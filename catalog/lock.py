@@ -2,7 +2,9 @@
 
 Size, sha256 and the file's commit come from ModelScope's file listing (modelfetch.modelscope, with its
 trust checks); the GGUF header is read through HTTP Range requests in 1 MiB blocks (modelfetch.gguf, with its
-limits), skipping over long arrays it does not need, and never past `max_header_bytes`.
+limits), skipping over long arrays it does not need, and never past `max_header_bytes`. Every failure is one
+ProfileError line; HubUnreachable when the network, not the file, is at fault (synth tells the two apart).
+Nothing is written here: catalog.lockfile.commit_entry validates the whole entry first.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import io
 import struct
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-from catalog import model_facts
+from catalog import lockfile, model_facts
 from catalog.errors import ProfileError
 from catalog.lockfile import LockedModel
 
@@ -21,6 +24,10 @@ BLOCK = 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # a Qwen3.6 header (250k-token vocabulary and merges) is about 10 MB
 MAX_TENSORS = 100_000  # a 35B MoE file has about 800; ggml's own limits: 4 dimensions, 64-byte names
 MAX_DIMS, MAX_NAME = 4, 64
+
+
+class HubUnreachable(ProfileError):
+    """The hub could not be read (refused, unresolvable, timed out, trickling, 5xx): the network, not the file."""
 
 
 class RangedFile(io.RawIOBase):
@@ -81,23 +88,50 @@ class LockResult:
     requests: int
 
 
-def lock_model(name: str, *, repo: str, file: str, revision: str = "master", endpoint: str | None = None) -> LockResult:
-    """Pinned facts for one file of a ModelScope repo: listing (size, sha256, commit) + ranged GGUF header."""
-    from modelfetch.errors import FetchError
+def lock_model(
+    name: str,
+    *,
+    repo: str,
+    file: str,
+    revision: str = "master",
+    endpoint: str | None = None,
+    retry: Any = None,
+    rate: Any = None,
+) -> LockResult:
+    """Pinned facts for one file of a ModelScope repo: listing (size, sha256, commit) + ranged GGUF header.
+
+    retry and rate: modelfetch's RetryPolicy and RatePolicy (synth passes a short retry: a hub that is down
+    should cost seconds, not the minutes a download may wait)."""
+    from modelfetch.errors import FetchError, TransientError
     from modelfetch.gguf import GGUFError, read_metadata_from
     from modelfetch.modelscope import ModelScope
 
-    client = ModelScope(endpoint, connections=1)
+    try:
+        client = ModelScope(endpoint, connections=1, retry=retry, rate=rate)
+    except FetchError as e:
+        raise ProfileError(f"cannot lock {name}: {e}") from None
+    served = _ServedBy(client.pool, client.host)
+    client.pool = served
     try:
         listed = client.describe(repo, revision, file)
         if not listed.sha256:
             raise ProfileError(
                 f"ModelScope's listing of {repo}@{revision} gives no sha256 for {file}: nothing to pin it to"
             )
+        if listed.size > lockfile.MAX_MODEL_BYTES:
+            raise ProfileError(
+                f"cannot lock {name}: {client.host} lists {file} at {listed.size:,} bytes, more than any volume "
+                f"the catalog can plan ({lockfile.MAX_VOLUME_GIB:,} GiB, gp3's limit); not a file this fleet can serve"
+            )
         remote = RangedFile(client.source(repo, revision, file, listed.size), listed.size)
         meta = read_metadata_from(remote, size=listed.size, max_array=1024, label=f"{repo}/{file}")
         tensors = read_tensor_infos(remote, meta["GGUF.tensor_count"], label=f"{repo}/{file}")
+        facts = model_facts.header_facts(meta)
+    except TransientError as e:  # a FetchError is permanent; this one is the network's (modelfetch.errors)
+        raise HubUnreachable(f"cannot lock {name}: ModelScope at {client.endpoint} is unreachable ({e})") from None
     except (FetchError, GGUFError) as e:
+        if isinstance(e.__cause__, TransientError):  # the listing's retries ran out: still the network
+            raise HubUnreachable(f"cannot lock {name}: ModelScope at {client.endpoint} is unreachable ({e})") from None
         raise ProfileError(f"cannot lock {name}: {e}") from None
     finally:
         client.pool.clear()
@@ -109,14 +143,33 @@ def lock_model(name: str, *, repo: str, file: str, revision: str = "master", end
         locked_from="listing",
         size_bytes=listed.size,
         sha256=listed.sha256,
-        header=(facts := model_facts.header_facts(meta)),
+        header=facts,
         tensors=tensor_facts(tensors, facts),
         commit=listed.commit,
         endpoint=client.endpoint,
+        served_by=served.byte_host or client.host,
         header_bytes_read=remote.bytes_read,
         locked_at=datetime.datetime.now(datetime.UTC).date().isoformat(),
     )
     return LockResult(entry, remote.bytes_read, remote.requests)
+
+
+class _ServedBy:
+    """The client's pool, noting the host that answered each ranged read (the hub redirects to storage)."""
+
+    def __init__(self, pool: Any, hub: str) -> None:
+        self.pool, self.hub, self.byte_host = pool, hub, ""
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        r = self.pool.request(method, url, *args, **kwargs)
+        if "Range" in (kwargs.get("headers") or {}):
+            history = getattr(getattr(r, "retries", None), "history", ()) or ()
+            final = next((h.redirect_location for h in reversed(history) if h.redirect_location), url)
+            self.byte_host = urlsplit(final).netloc or self.hub  # a relative Location stays on the hub
+        return r
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
 
 
 def read_tensor_infos(f: Any, count: int, *, label: str = "GGUF") -> list[tuple[str, int]]:

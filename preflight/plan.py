@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from catalog.profiles import deploy_refusal
-from stacks.app import MODEL_LOCK_CONTEXT, build_app, cli_context, stack_profiles
+from catalog.loader import PROFILES_DIR
+from catalog.lookup import stack_models
+from stacks.app import build_app, cli_context
 from stacks.options import DEPLOY_CONFIG, load_options
 
 # Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
@@ -39,30 +40,30 @@ class StackPlan:
 class DeployPlan:
     region: str
     stacks: tuple[StackPlan, ...]
-    refused: tuple[tuple[str, str], ...] = ()  # (stack, why): not synthesized, e.g. a model without a pinned sha256
+    refused: tuple[tuple[str, str], ...] = ()  # (stack, why) the CLI refuses; planned and checked all the same
 
 
 def deploy_plan(
     stack_names: list[str] | None = None, context: dict[str, Any] | None = None, config_file: Path = DEPLOY_CONFIG
 ) -> DeployPlan:
+    """The same app `cdk synth` builds (model lookups included), every wanted stack planned: one the CLI would
+    refuse is synthesized here without its error annotation, so what it needs of the account is checked too, and
+    its refusal is reported beside (in-process synthesis would fail the whole app on one annotated stack)."""
     ctx = {**cli_context(), **(context or {})}
     options = load_options(ctx, config_file)
-    profiles = {p.stack_name: p for p in stack_profiles(ctx.get(MODEL_LOCK_CONTEXT))}
-    unknown = set(stack_names or ()) - set(profiles)
+    stacks = stack_models(PROFILES_DIR)
+    unknown = set(stack_names or ()) - set(stacks)
     if unknown:
-        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(profiles)}")
-    wanted = stack_names or list(profiles)
-    # A stack the CLI would refuse (an error annotation) is reported, not synthesized: in-process synthesis fails
-    # the whole app on one refused stack, and the others must still be checked.
-    refused = tuple((n, why) for n in wanted if (why := deploy_refusal(profiles[n])))
-    app = build_app(ctx, config_file=config_file, stack_names=[n for n in wanted if n not in dict(refused)])
+        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(stacks)}")
+    refusals: dict[str, str] = {}
+    app = build_app(ctx, config_file=config_file, stack_names=stack_names or list(stacks), refusals=refusals)
     assembly = app.synth()
     plans = []
     for stack in app.node.children:
         name = getattr(stack, "stack_name", None)
-        if name is None:
+        profile = getattr(stack, "profile", None)  # as deployed: deploy options applied
+        if name is None or profile is None:  # no profile: a model without any lock entry, refused only
             continue
-        profile = stack.profile  # as deployed: deploy options applied
         template = assembly.get_stack_by_name(name).template
         plans.append(
             StackPlan(
@@ -79,7 +80,7 @@ def deploy_plan(
                 bootstrap_version=_bootstrap_version(template),
             )
         )
-    return DeployPlan(region=options.region, stacks=tuple(plans), refused=refused)
+    return DeployPlan(region=options.region, stacks=tuple(plans), refused=tuple(sorted(refusals.items())))
 
 
 def _quota_code(gpu: bool, spot: bool) -> str:

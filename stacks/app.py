@@ -1,13 +1,16 @@
-"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml). Deterministic, offline.
+"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml). Deterministic.
 
 `build_app` is the one path to the app: `app.py` (what `cdk synth|deploy` runs) and the tests both call it, so
 the tests see the same options, feature flags and policy-validation plugins (cdk-nag) as the CLI.
+
+The one network read: a stack's model with no lock from ModelScope's listing is locked on first synth and written
+to the lock file, as the CDK keeps a context lookup in cdk.context.json (catalog/lookup.py says which stacks and
+why). With every model listing-locked, synth opens no socket.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,14 +19,17 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from catalog import ProfileError, ServingProfile
-from catalog.loader import default_catalog, load_catalog
+from catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
+from catalog.lookup import resolve_locks, stack_models
 from catalog.profiles import deploy_refusal
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
 ROOT = Path(__file__).resolve().parent.parent
-# `-c modelLock=<file>`: synthesize with another lock file than profiles/models.lock.toml (the tests' test-data lock)
+# `-c modelLock=<file>`: read and write another lock file than profiles/models.lock.toml (a relative path: from
+# the repo root). `-c modelLookup=false`: never read ModelScope at synth; an unlocked model's stacks are refused.
 MODEL_LOCK_CONTEXT = "modelLock"
+MODEL_LOOKUP_CONTEXT = "modelLookup"
 
 
 def cli_context() -> dict[str, Any]:
@@ -37,9 +43,12 @@ def build_app(
     context: dict[str, Any] | None = None,
     *,
     config_file: Path = DEPLOY_CONFIG,
-    stack_names: Collection[str] | None = None,
+    stack_names: list[str] | None = None,
+    refusals: dict[str, str] | None = None,
 ) -> cdk.App:
-    """The app; `stack_names` limits it to those stacks (the pre-flight synthesizes only what it checks)."""
+    """The app; `stack_names` limits it to those stacks (and their model lookups). A refused stack is still built
+    and carries its refusal as an error annotation, which the CLI reports when that stack is selected; with
+    `refusals` given, the reason goes there instead (the pre-flight checks a refused stack's account needs too)."""
     app = cdk.App(context=context) if context is not None else cdk.App()
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     options = load_options(_context_values(app), config_file)
@@ -49,31 +58,53 @@ def build_app(
             f"no pinned availability zones for region {options.region!r}: add it to 'pinned-availability-zones' in "
             "cdk.context.json (synth never looks zones up)"
         )
-    for profile in stack_profiles(app.node.try_get_context(MODEL_LOCK_CONTEXT)):
-        if stack_names is not None and profile.stack_name not in stack_names:
-            continue
-        stack = ServingStack(
-            app,
-            profile.stack_name,
-            profile=apply_options(profile, options),
-            availability_zones=list(zones),
-            certificate_arn=options.certificate_arn,
-            image_build_args=options.image_build_args,
-            arm64_builder=options.arm64_builder,
-            env=cdk.Environment(account=options.account, region=options.region),
-        )
-        refusal = deploy_refusal(profile)
-        if refusal:
+    lock_file = model_lock_file(app.node.try_get_context(MODEL_LOCK_CONTEXT))
+    models = stack_models(PROFILES_DIR)
+    if stack_names is not None:
+        models = {name: model for name, model in models.items() if name in stack_names}
+    lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
+    resolution = resolve_locks(models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups)
+    built = {p.stack_name: p for p in load_catalog(lock_file=lock_file, skip_unlocked=True).profiles.values()}
+    env = cdk.Environment(account=options.account, region=options.region)
+    for stack_name, model in models.items():
+        profile = built.get(stack_name)
+        if profile is None:
+            # No lock entry at all, so nothing to plan from: an empty stack carries the refusal, so that
+            # `cdk deploy <it>` says why while the other stacks synthesize and deploy.
+            stack: cdk.Stack = cdk.Stack(app, stack_name, env=env)
+        else:
+            stack = ServingStack(
+                app,
+                stack_name,
+                profile=apply_options(profile, options),
+                availability_zones=list(zones),
+                certificate_arn=options.certificate_arn,
+                image_build_args=options.image_build_args,
+                arm64_builder=options.arm64_builder,
+                env=env,
+            )
+        why = resolution.refused.get(model)
+        refusal = f"{stack_name}: {why}" if why else deploy_refusal(profile) if profile else None
+        if refusal and refusals is not None:
+            refusals[stack_name] = refusal
+        elif refusal:
             # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
             cdk.Annotations.of(stack).add_error(refusal)
+        elif model in resolution.unchecked:
+            cdk.Annotations.of(stack).add_warning_v2("gguf-serve:typed-sha256", resolution.unchecked[model])
     return app
 
 
+def model_lock_file(context_value: str | None = None) -> Path:
+    """The lock file synth reads and, on a lookup, writes: `-c modelLock=<file>`, else profiles/models.lock.toml."""
+    return ROOT / context_value if context_value else PROFILES_DIR / LOCK_NAME
+
+
 def stack_profiles(lock: str | None = None) -> list[ServingProfile]:
-    """The profiles that are stacks, from the committed lock or `-c modelLock=<file>` (a profile without a stack
-    runs locally only: launcher local, workstations)."""
-    catalog = load_catalog(lock_file=ROOT / lock) if lock else default_catalog()
+    """The profiles that are stacks, from the committed lock or `-c modelLock=<file>`, as they stand (no lookup;
+    a profile without a stack runs locally only: launcher local, workstations)."""
+    catalog = load_catalog(lock_file=model_lock_file(lock), skip_unlocked=True)
     return [p for p in catalog.profiles.values() if p.stack_name]
 
 

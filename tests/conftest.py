@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cdk_context() -> dict:
     """The context `cdk synth` sees: cdk.json flags plus pinned cdk.context.json (pytest's App reads neither),
-    with the tests' model lock, in which the 27B is pinned by the real lock step (tests/catalog/stand_in.py):
-    the committed lock leaves it unpinned, and GpuMtpStack is refused (tests/stacks/test_unpinned_model.py)."""
-    from stacks.app import MODEL_LOCK_CONTEXT, cli_context
+    with the tests' model lock, in which synth's own lookup locked the 27B from localscope (tests/catalog/stand_in.py),
+    and no further lookups: no test reaches for ModelScope (tests/stacks/test_first_synth_lock.py does, on purpose)."""
+    from stacks.app import MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT, cli_context
 
-    return {**cli_context(), MODEL_LOCK_CONTEXT: str(_pinned_lock())}
+    return {**cli_context(), MODEL_LOCK_CONTEXT: str(_pinned_lock()), MODEL_LOOKUP_CONTEXT: "false"}
 
 
 @functools.cache

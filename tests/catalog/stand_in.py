@@ -1,20 +1,20 @@
-"""TEST DATA: a model lock whose Qwen3.6-27B entry the real lock step wrote against localscope.
+"""TEST DATA: a model lock whose Qwen3.6-27B entry synth's own lookup wrote against localscope.
 
 The real 27B MTP file cannot be read here (no route to ModelScope), so localscope serves a stand-in under its
 repo and file name: the tiny random qwen35 GGUF with one MTP layer (rehearsal/tiny_mtp.py), extended with zeros
 (a sparse file, no disk used) to the catalog's planning size of the 27B, so that the stacks keep the volume and
 boot budget they plan for the real file. Its sha256 is the real hash of those bytes, computed once (about a
-minute) and kept beside it for localscope. The lock step reads the listing and the header over loopback exactly
-as it would ModelScope's. Only tests use this lock (`-c modelLock=<file>`); the committed lock stays typed.
+minute) and kept beside it for localscope. The lock is written by catalog.lookup.resolve_locks, the function
+`cdk synth` runs for an unlocked model, reading the listing and the header over loopback exactly as it would
+ModelScope's. Tests synthesize with it (`-c modelLock=<file>`, lookups off so no test reaches for a hub); the
+committed lock stays typed until someone with ModelScope access synthesizes or runs `python -m catalog lock`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
-from catalog.lock import lock_model
-from catalog.lockfile import read_lock, write_lock
+from catalog.lockfile import read_lock
 from localscope.server import LocalScope
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -47,12 +47,16 @@ def stand_in_gguf() -> Path:
 
 
 def stand_in_lock(folder: Path) -> Path:
+    """The committed lock, copied to `folder`, after synth's lookup locked the 27B from localscope."""
+    import shutil
+
+    from catalog.lookup import resolve_locks
+
     gguf = stand_in_gguf()
-    entries = read_lock(ROOT / "profiles" / "models.lock.toml")
+    lock = folder / "models.lock.toml"
+    shutil.copyfile(ROOT / "profiles" / "models.lock.toml", lock)
     with LocalScope() as hub:
         hub.add_file(REPO, FILE, gguf)
-        locked = lock_model("Qwen3.6-27B", repo=REPO, file=FILE, endpoint=hub.url).entry
-    entries["Qwen3.6-27B"] = replace(locked, source="TEST DATA: a tiny stand-in served by localscope (tests/catalog)")
-    lock = folder / "models.lock.toml"
-    write_lock(lock, entries)
+        resolution = resolve_locks(["Qwen3.6-27B"], root=ROOT / "profiles", lock_file=lock, endpoint=hub.url)
+    assert list(resolution.locked) == ["Qwen3.6-27B"], resolution
     return lock

@@ -96,3 +96,80 @@ def test_a_file_missing_from_the_listing_says_what_the_repo_has(gemma_gguf: Path
         out = lock_command(profiles, "Gemma-3-270M", hub.url)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "gemma-3-270m-q4_k_m.gguf is not in ModelScope repo" in out.stderr and "other.gguf" in out.stderr
+
+
+def _headless_gguf(path: Path, keys: int = 2000) -> Path:
+    """A valid GGUF whose header has an architecture and many keys but no block_count: nothing to plan from."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "qwen35")
+    for i in range(keys):
+        w.add_uint32(f"filler.{i}", i)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _tiny_mtp(tmp_path: Path) -> Path:
+    from rehearsal import tiny_mtp
+
+    return tiny_mtp.write(tmp_path / "tiny.gguf")
+
+
+TINY_REPO, TINY_FILE = "unsloth/Qwen3.6-27B-MTP-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"  # the 27B's place
+
+
+def test_a_failed_lock_writes_nothing(profiles: Path, tmp_path: Path):
+    """A header without block_count: the command fails in one line and the lock file is byte-identical."""
+    before = (profiles / "models.lock.toml").read_bytes()
+    with LocalScope() as hub:
+        hub.add_file(TINY_REPO, TINY_FILE, _headless_gguf(tmp_path / "headless.gguf"))
+        out = lock_command(profiles, "Qwen3.6-27B", hub.url)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1 and "block_count" in out.stderr, out.stderr
+    assert (profiles / "models.lock.toml").read_bytes() == before
+    assert not [p.name for p in profiles.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_size_no_volume_can_hold_is_refused_at_lock_time(profiles: Path, tmp_path: Path):
+    from localscope.server import Faults
+
+    before = (profiles / "models.lock.toml").read_bytes()
+    with LocalScope(faults=Faults(listed_sizes={TINY_FILE: 2**60})) as hub:
+        hub.add_file(TINY_REPO, TINY_FILE, _tiny_mtp(tmp_path))
+        out = lock_command(profiles, "Qwen3.6-27B", hub.url)
+        downloads = hub.stats.downloads()
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "1,152,921,504,606,846,976 bytes, more than any volume the catalog can plan" in out.stderr
+    assert downloads == [] and (profiles / "models.lock.toml").read_bytes() == before
+
+
+def test_a_trickling_hub_ends_the_lock_in_one_line(tmp_path: Path):
+    from catalog.lock import HubUnreachable
+    from localscope.server import Faults
+    from modelfetch.pace import RatePolicy
+
+    rate = RatePolicy(min_bps=64 * 1024, window_s=1.0, idle_s=5.0, headers_s=5.0)  # the default window is 30 s
+    with LocalScope(faults=Faults(trickle_every_s=0.01)) as hub:
+        hub.add_file(TINY_REPO, TINY_FILE, _tiny_mtp(tmp_path))
+        with pytest.raises(HubUnreachable) as refused:
+            lock_model("Qwen3.6-27B", repo=TINY_REPO, file=TINY_FILE, endpoint=hub.url, rate=rate)
+    message = str(refused.value)
+    assert "\n" not in message and "below the minimum" in message and hub.url in message
+
+
+def test_the_lock_records_the_host_that_served_the_bytes(tmp_path: Path):
+    """The hub answers the download with a 302 to storage on another host, as ModelScope does."""
+    from localscope.server import Faults
+
+    gguf = _tiny_mtp(tmp_path)
+    with LocalScope() as storage, LocalScope(faults=Faults(redirect_to=None)) as hub:
+        storage.add_file(TINY_REPO, TINY_FILE, gguf)
+        hub.add_file(TINY_REPO, TINY_FILE, gguf)
+        hub.faults.redirect_to = storage.url.replace("127.0.0.1", "localhost")
+        entry = lock_model("Qwen3.6-27B", repo=TINY_REPO, file=TINY_FILE, endpoint=hub.url).entry
+        served = sum(r.get("sent", 0) for r in storage.stats.downloads())
+    assert entry.endpoint == hub.url and entry.served_by == storage.url.replace("http://127.0.0.1", "localhost")
+    assert served == entry.header_bytes_read > 0 and not hub.stats.downloads()

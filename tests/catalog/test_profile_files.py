@@ -93,6 +93,69 @@ def test_a_bad_profile_file_says_file_key_and_fix(profiles: Path, file: str, old
         load_catalog(profiles)
 
 
+LOCK, HW, GRAVITON = "models.lock.toml", "hardware.toml", "serving/graviton-moe.toml"
+SHA_35B = "0b21525e972670ed59e1812e170b27c26355381f0656ecc4e25617ece7dac58b"
+BLOCKS_35B = "embedding_length = 2048\nblock_count = 41"
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "says"),
+    [
+        (LOCK, SHA_35B, "nothex",
+         r'models.lock.toml: "Qwen3.6-35B-A3B".sha256: \'nothex\' is not a sha256; allowed: 64 lowercase hex digits'),
+        (LOCK, "size_bytes = 22663387424", "size_bytes = -1",
+         r'models.lock.toml: "Qwen3.6-35B-A3B".size_bytes: -1 bytes; allowed: 1 to 17,592,186,044,416 bytes'),
+        (LOCK, "size_bytes = 22663387424", f"size_bytes = {2**60}",
+         r'"Qwen3.6-35B-A3B".size_bytes: 1,152,921,504,606,846,976 bytes; allowed: 1 to .* gp3\'s largest volume'),
+        (LOCK, BLOCKS_35B, BLOCKS_35B.replace("41", "0"),
+         r'models.lock.toml: "Qwen3.6-35B-A3B".gguf.block_count: 0; allowed: a positive integer'),
+        (HW, "vcpus = 16\nphysical_cores = 16  #", "vcpus = 0\nphysical_cores = 16  #",
+         r'hardware.toml: instance."c8g.4xlarge".vcpus: 0 is below the range; allowed: 1 to 896 vCPUs'),
+        (HW, "ri_1yr_all_upfront_cny = 9069", "ri_1yr_all_upfront_cny = nan",
+         r'instance."c8g.4xlarge".ri_1yr_all_upfront_cny: nan is not a number; allowed: 0 to 100,000,000 yuan'),
+        (HW, "ri_1yr_all_upfront_cny = 9069", "ri_1yr_all_upfront_cny = -9069",
+         r'instance."c8g.4xlarge".ri_1yr_all_upfront_cny: -9069 is below the range; allowed: 0 to'),
+        (HW, 'memory_gib = 32\ncpu = "AWS', 'memory_gib = -32\ncpu = "AWS',
+         r'hardware.toml: instance."c8g.4xlarge".memory_gib: -32 is below the range; allowed: 0.5 to 32,768 GiB'),
+        (GRAVITON, "[server]", "[server]\nport = 70000",
+         r"graviton-moe.toml: server.port: 70000 is above the range; allowed: 1 to 65,535 TCP port"),
+        (GRAVITON, "[server]", "[fleet]\nmax_capacity = 100000\n[server]",
+         r"graviton-moe.toml: fleet.max_capacity: 100000 is above the range; allowed: 1 to 100 instances"),
+        (GRAVITON, "[server]", "[fleet]\nmin_capacity = 5\nmax_capacity = 4\n[server]",
+         r"graviton-moe.toml: fleet.min_capacity: 5 is more than max_capacity \(4\); allowed: 0 to max_capacity"),
+        ("models.toml", "active_params_b = 3\n", "active_params_b = 36\n",
+         r'models.toml: "Qwen3.6-35B-A3B".active_params_b: 36 is more than total_params_b \(35\); allowed: at most'),
+    ],
+)  # fmt: skip
+def test_a_value_out_of_range_says_file_key_what_is_wrong_and_what_is_allowed(
+    profiles: Path, file: str, old: str, new: str, says: str
+):
+    edit(profiles / file, old, new)
+    with pytest.raises(ProfileError, match=says):
+        load_catalog(profiles)
+
+
+def test_every_number_a_profile_file_sets_has_a_range():
+    import typing
+    from dataclasses import fields
+
+    from catalog.limits import RANGES
+
+    for cls, ranges in RANGES.items():
+        hints = typing.get_type_hints(cls)
+        numeric = {f.name for f in fields(cls) if any(t in (int, float) for t in _leaf_types(hints[f.name]))}
+        computed = {"size_bytes", "kv_bytes_per_token", "recurrent_state_bytes_per_slot", "expert_bytes_per_layer"}
+        missing = numeric - set(ranges) - (computed if cls.__name__ == "ModelArtifact" else set())
+        assert not missing, f"{cls.__name__}: give {sorted(missing)} a range in catalog/limits.py"
+
+
+def _leaf_types(hint):
+    import typing
+
+    args = typing.get_args(hint)
+    return [t for a in args for t in _leaf_types(a)] if args else [hint]
+
+
 def test_check_command_validates_and_names_what_will_not_deploy(profiles: Path):
     ok = subprocess.run([sys.executable, "-m", "catalog", "--profiles", str(profiles), "check"],
                         capture_output=True, text=True, cwd=ROOT, timeout=60)  # fmt: skip

@@ -288,16 +288,34 @@ def test_plan_reads_deploy_options(tmp_path):
     assert intel.zones == ("cn-northwest-1a", "cn-northwest-1b")
 
 
-def test_a_stack_whose_model_is_not_pinned_is_a_blocker_and_the_others_are_still_checked():
-    """The committed lock leaves the 27B unpinned: the CLI refuses GpuMtpStack; the pre-flight says so and goes on."""
-    plan = deploy_plan(["GravitonMoeStack", "GpuMtpStack"])
-    assert [s.stack_name for s in plan.stacks] == ["GravitonMoeStack"]
+def test_a_refused_stack_is_one_blocker_and_still_checked_for_what_the_account_needs(monkeypatch, tmp_path):
+    """The committed lock leaves the 27B unpinned and the hub is down: the CLI refuses GpuMtpStack; the pre-flight
+    says so in one BLOCKER line and still checks its AMI, zones, G quota and image sources."""
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the lookup fails at once
+    lock = {"modelLock": str(_committed_lock_copy())}
+    plan = deploy_plan(["GravitonMoeStack", "GpuMtpStack"], context=lock, config_file=tmp_path / "absent.toml")
+    assert sorted(s.stack_name for s in plan.stacks) == ["GpuMtpStack", "GravitonMoeStack"]
     ((name, why),) = plan.refused
-    assert name == "GpuMtpStack" and "python -m catalog lock Qwen3.6-27B" in why
+    assert name == "GpuMtpStack" and "python -m catalog lock Qwen3.6-27B" in why and "127.0.0.1:9" in why
+    assert "\n" not in why
     results = Account(plan).check()
     blockers = [r for r in results if r.status is Status.BLOCKER]
     assert [r.check for r in blockers] == ["model GpuMtpStack"]
-    assert any(r.check == "AMI GravitonMoeStack" and r.status is Status.OK for r in results)
+    checked = {r.check for r in results if r.status is Status.OK}
+    assert {"AMI GravitonMoeStack", "AMI GpuMtpStack", "g5.xlarge in zones"} <= checked
+    assert any(r.check.startswith("vCPU quota") and G_AND_VT_ON_DEMAND in r.check for r in results)
+
+
+def _committed_lock_copy():
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tests.conftest import ROOT
+
+    lock = Path(tempfile.mkdtemp(prefix="lock-")) / "models.lock.toml"
+    shutil.copyfile(ROOT / "profiles" / "models.lock.toml", lock)
+    return lock
 
 
 def test_context_options_reach_the_plan(capsys, monkeypatch):

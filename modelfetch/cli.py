@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--sha256", help="expected sha256 (default: ModelScope's listing)")
     what.add_argument("--size", type=int, help="expected size in bytes (default: ModelScope's listing)")
     how = ap.add_argument_group("where from and to")
-    how.add_argument("--dest", type=Path, required=True, help="directory the file lands in")
+    how.add_argument("--dest", type=directory, required=True, help="directory the file lands in (created if missing)")
     how.add_argument("--s3-cache", help="s3://bucket/prefix of the in-region model cache (read first, written back)")
     how.add_argument("--no-upload", action="store_true", help="do not write a ModelScope download back to the cache")
     how.add_argument(
@@ -75,6 +75,13 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def directory(text: str) -> Path:
+    """A directory path, never '' (Path('') is '.': the current directory). A file there fails at the fetch."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name the directory the model goes in, e.g. --dest /models")
+    return Path(text)
 
 
 def positive_float(text: str) -> float:

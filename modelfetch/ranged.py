@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
-import functools
 import hashlib
 import json
 import logging
@@ -37,7 +35,7 @@ from pathlib import Path
 from typing import Protocol
 
 from modelfetch import safefile
-from modelfetch.errors import DiskSpaceError, FetchError, IntegrityError, SizeMismatch, TransientError
+from modelfetch.errors import FetchError, IntegrityError, SizeMismatch, TransientError
 from modelfetch.pace import TooSlow
 from modelfetch.retry import RetryPolicy
 
@@ -118,7 +116,7 @@ class RangedDownload:
             try:
                 digest = one.run()
             except SizeMismatch:
-                self.discard()  # sized (and reserved) for a length the source does not have: worth nothing
+                self.discard()  # written for a length the source does not have: worth nothing
                 raise
             self.stats.verified_s = time.monotonic() - t0
             if digest == self.sha256:
@@ -198,12 +196,9 @@ class _Pass:
         part = partial_path(self.dl.target)
         self.fd = safefile.open_nofollow(part, os.O_RDWR | os.O_CREAT)
         try:
-            helpers = []
-            if os.fstat(self.fd).st_size != self.dl.size:
-                os.ftruncate(self.fd, self.dl.size)
-                # Reserving the blocks zeroes memory on tmpfs (0.5 s for 2 GiB): do it beside the first requests.
-                alloc = functools.partial(_preallocate, self.fd, self.dl.size)
-                helpers.append(threading.Thread(target=self._guard(alloc), name="fetch-alloc", daemon=True))
+            # Nothing is reserved ahead: a listing or a Content-Range can overstate the size, and a partial file
+            # must hold no more blocks than bytes that arrived (pwrite extends it; the free-space check came first).
+            helpers: list[threading.Thread] = []
             if self.start_bytes == 0:
                 self._save_state()
             self._report()  # the first figure is what a resume kept, before any byte arrives
@@ -410,7 +405,7 @@ def _load_state(dl: RangedDownload) -> _SavedState | None:
             body.get("format") != STATE_FORMAT
             or body.get("size") != dl.size
             or body.get("sha256") != dl.sha256
-            or part.lstat().st_size != dl.size
+            or part.lstat().st_size > dl.size
             or not part.is_file()
             or part.is_symlink()
         ):
@@ -435,26 +430,6 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""  # not Linux: no reboot detection
-
-
-def _preallocate(fd: int, size: int) -> None:
-    """Reserve the blocks of the (already truncated) file: ENOSPC early, less fragmentation; sparse if unsupported.
-
-    Uses fallocate(2) directly: glibc's posix_fallocate emulates it by writing every block, far too slow
-    for 20 GB on filesystems without support.
-    """
-    global _libc
-    if size == 0:
-        return
-    try:
-        if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        fallocate = _libc.fallocate
-        fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-        if fallocate(fd, 0, 0, size) != 0 and ctypes.get_errno() == errno.ENOSPC:
-            raise DiskSpaceError(f"no space left on the device to reserve {size} bytes for the partial file")
-    except (AttributeError, TypeError):
-        pass
 
 
 def _sync_file_range(fd: int, offset: int, end: int) -> bool:

@@ -61,7 +61,7 @@ def test_resume_after_kill_does_not_download_completed_parts(gemma_hub: LocalSco
     first_bytes = gemma_hub.stats.bytes_sent
 
     assert not target.exists()
-    assert partial_path(target).stat().st_size == size
+    assert partial_path(target).stat().st_size <= size  # nothing reserved ahead of the bytes that arrived
     saved = json.loads(state_path(target).read_text())
     kept = sum(saved["written"].values())
     complete = {int(i) for i, n in saved["written"].items() if n == PART}

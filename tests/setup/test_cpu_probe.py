@@ -167,3 +167,20 @@ def test_launcher_serves_with_the_choice_the_probe_made(probe, llama_server_bina
         assert "AMX off" in log and started.endswith(NO_EXTRA_BUFFERS)
     else:
         assert "AMX on" in log and NO_EXTRA_BUFFERS not in started
+
+
+def test_the_no_amx_flags_win_over_march_whatever_their_order():
+    # ggml compiles its AMX backend under __AMX_INT8__; CMake puts CMAKE_C_FLAGS before the target's
+    # -march=native, and an explicit -mno-* must still hold (checked against a CPU that has AMX).
+    import shutil
+
+    if shutil.which("gcc") is None or os.uname().machine != "x86_64":
+        pytest.skip("needs GCC for x86-64")
+    flags = cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, fails()))
+
+    def macros(*args: str) -> str:
+        return subprocess.run(["gcc", *args, "-dM", "-E", "-"], input="", capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+
+    assert "__AMX_INT8__" in macros("-march=sapphirerapids")
+    assert "__AMX" not in macros(*flags, "-march=sapphirerapids")

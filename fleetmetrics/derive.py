@@ -16,6 +16,9 @@ LLAMA_TOKENS_PREDICTED = "llamacpp:tokens_predicted_total"
 LLAMA_PROMPT_TOKENS = "llamacpp:prompt_tokens_total"  # processed prompt tokens, cache hits excluded
 LLAMA_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
 LLAMA_DRAFT_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+# The hop's admission families (latencyproxy/names.py SHED and IN_FLIGHT, spelled out as in latency.py)
+HOP_SHED = "gguf_serve_requests_shed_total"
+HOP_IN_FLIGHT = "gguf_serve_requests_in_flight"
 
 COUNT = "Count"
 PER_SECOND = "Count/Second"
@@ -56,6 +59,9 @@ def derive(
             out.append(Datum(names.SLOTS_BUSY_RATIO, 100.0 * processing / slots, PERCENT))
     if deferred is not None:
         out.append(Datum(names.REQUESTS_DEFERRED, deferred, COUNT))
+    in_flight = _gauge(cur, HOP_IN_FLIGHT)
+    if in_flight is not None:
+        out.append(Datum(names.HOP_REQUESTS_IN_FLIGHT, in_flight, COUNT))
 
     if prev is None or not elapsed_s > 0:
         return out
@@ -63,6 +69,9 @@ def derive(
         delta = _increase(prev, cur, counter, restarted)
         if delta is not None:
             out.append(Datum(metric, delta / elapsed_s, PER_SECOND))
+    shed = _increase(prev, cur, HOP_SHED, False)  # the hop's counter restarts with the hop (a drop), not llama-server
+    if shed is not None:
+        out.append(Datum(names.REQUESTS_SHED, shed, COUNT))
     drafted = _increase(prev, cur, LLAMA_DRAFT_TOKENS, restarted)
     accepted = _increase(prev, cur, LLAMA_DRAFT_ACCEPTED, restarted)
     if drafted and accepted is not None:

@@ -16,6 +16,10 @@ GENERATED_TPS = "GeneratedTokensPerSecond"  # rate, Count/Second
 PROMPT_TPS = "PromptTokensPerSecond"  # rate, Count/Second
 DRAFT_ACCEPTANCE = "DraftAcceptanceRate"  # ratio, Percent (0-100)
 SCRAPE_FAILED = "ScrapeFailed"  # 1 when a scrape failed, Count
+# From the hop's admission control (latencyproxy): requests it answered 429 since the last scrape, and the
+# slot-taking requests it let through that are not finished (processing or waiting in llama-server)
+REQUESTS_SHED = "RequestsShed"  # Count per scrape interval
+HOP_REQUESTS_IN_FLIGHT = "HopRequestsInFlight"  # gauge, Count
 
 # Per-request distributions from the timing hop (latencyproxy), published as Values/Counts so that CloudWatch
 # computes fleet-wide percentiles (p50, p95, p99) itself
@@ -37,5 +41,7 @@ ALL_METRICS = (
     PROMPT_TPS,
     DRAFT_ACCEPTANCE,
     SCRAPE_FAILED,
+    REQUESTS_SHED,
+    HOP_REQUESTS_IN_FLIGHT,
 )
 LATENCY_METRICS = (TTFT, INTER_TOKEN_LATENCY, QUEUE_WAIT, DECODE_TPS, REQUEST_DRAFT_ACCEPTANCE)

@@ -1,4 +1,5 @@
-"""Scale on llama.cpp's own load signals (busy slots, queued requests), with a warm pool of loaded instances."""
+"""Scale on llama.cpp's own load signals (busy slots, queued requests) and the hop's shed requests, with a warm pool
+of loaded instances."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from constructs import Construct
 
 from catalog import ServingProfile
 from fleetmetrics import names
+
+SHED_MANY_PER_MINUTE = 30  # requests answered 429 across the group in a minute that add two instances at once
 
 
 def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:
@@ -46,6 +49,20 @@ class FleetScaling(Construct):
             ],
             adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
             evaluation_periods=2,
+            estimated_instance_warmup=warmup,
+        )
+        # The hop answers 429 past slots * (1 + queue_per_slot): the deferred queue stops growing there, so a shed
+        # request is the overload signal. One minute with any shed adds an instance; many add two.
+        self.shed = asg.scale_on_metric(
+            "ShedRequests",
+            metric=group_metric(asg, names.REQUESTS_SHED, "Sum"),
+            scaling_steps=[
+                autoscaling.ScalingInterval(upper=0, change=0),
+                autoscaling.ScalingInterval(lower=1, change=1),
+                autoscaling.ScalingInterval(lower=SHED_MANY_PER_MINUTE, change=2),
+            ],
+            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            evaluation_periods=1,
             estimated_instance_warmup=warmup,
         )
         if fleet.off_hours is not None:

@@ -97,3 +97,21 @@ def test_missing_and_non_finite_families_are_skipped():
     families = parse_prometheus("llamacpp:requests_processing NaN\nllamacpp:requests_deferred 2\n")
     got = as_dict(derive(families, families, 60, slots=2))
     assert got == {names.REQUESTS_DEFERRED: (2, "Count")}
+
+
+def test_the_hops_shed_requests_and_in_flight_from_its_own_exposition():
+    """The names fleetmetrics spells out are the hop's (latencyproxy.names), read from a real RequestMetrics."""
+    from fleetmetrics.derive import HOP_IN_FLIGHT, HOP_SHED
+    from latencyproxy import names as hop_names
+    from latencyproxy.metrics import RequestMetrics
+
+    assert (HOP_SHED, HOP_IN_FLIGHT) == (hop_names.SHED, hop_names.IN_FLIGHT)
+    hop = RequestMetrics()
+    hop.shed, hop.in_flight = 3, 6
+    prev = parse_prometheus(metrics_text() + hop.exposition())
+    hop.shed, hop.in_flight = 10, 4
+    got = as_dict(derive(prev, parse_prometheus(metrics_text() + hop.exposition()), 60.0))
+    assert got[names.REQUESTS_SHED] == (7, "Count") and got[names.HOP_REQUESTS_IN_FLIGHT] == (4, "Count")
+    hop.shed = 2  # the hop restarted: count from zero, never negative
+    restarted = as_dict(derive(prev, parse_prometheus(metrics_text() + hop.exposition()), 60.0))
+    assert restarted[names.REQUESTS_SHED] == (2, "Count")

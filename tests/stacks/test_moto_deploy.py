@@ -198,8 +198,8 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         alarms = cloudwatch.describe_alarms()["MetricAlarms"]
         step_alarms = [a for a in alarms if any(arn in policies for arn in a["AlarmActions"])]
         assert step_alarms, "no alarm drives a scaling policy"
+        assert {a["MetricName"] for a in step_alarms} == {"RequestsDeferred", "RequestsShed"}
         for alarm in step_alarms:
-            assert alarm["MetricName"] == "RequestsDeferred"
             assert alarm["Dimensions"] == [{"Name": "AutoScalingGroupName", "Value": name}]
             (action,) = alarm["AlarmActions"]
             assert policies[action]["PolicyType"] == "StepScaling"

@@ -174,6 +174,8 @@ class TestOperatingAtScale:
         alarms = [r["Properties"] for r in resources(t, "AWS::CloudWatch::Alarm").values()]
         step_alarm_metrics = {a.get("MetricName") for a in alarms if "DeferredRequests" in json.dumps(a)}
         assert "RequestsDeferred" in step_alarm_metrics
+        shed = [a for a in alarms if a.get("MetricName") == "RequestsShed"]  # the hop's 429s add capacity
+        assert shed and shed[0]["Statistic"] == "Sum" and shed[0]["AlarmActions"]
         assert not any(a.get("MetricName") == "CPUUtilization" for a in alarms)
 
     def test_warm_pool_and_ready_hook(self, templates, stack):

@@ -77,6 +77,8 @@ def test_the_latency_hop_takes_the_server_port_and_llama_server_only_loopback():
     hop = hop[: hop.index("\nUNIT\n")]
     assert "--network host" in hop and "-m latencyproxy" in hop and "Restart=always" in hop
     assert f"--listen 0.0.0.0:{port} --upstream http://127.0.0.1:{names.UPSTREAM_PORT}" in hop
+    # admission control reads slots and queue_per_slot from the runtime spec, mounted read-only
+    assert f"--spec {names.RUNTIME_SPEC_PATH}" in hop and f"-v {names.CONFIG_DIR}:{names.CONFIG_DIR}:ro" in hop
     assert "--env-file" not in hop  # the hop passes the client's key through; it never holds one
     assert f"systemctl enable --now {names.SERVER_UNIT}.service {names.HOP_UNIT}.service" in text
     assert f"http://127.0.0.1:{port}/health" in text and f"--url http://127.0.0.1:{port} " in text

@@ -90,7 +90,9 @@ def _status(answer: bytes) -> int:
 )
 def test_ambiguous_framing_is_refused_and_never_forwarded(upstream: Upstream, hop: ProxyServer, head: bytes) -> None:
     smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
-    answer = _raw(hop, head + BODY + smuggled)
+    # with Transfer-Encoding, a well-formed chunked body: refused for the framing, not for the bytes after it
+    body = b"%x\r\n%b\r\n0\r\n\r\n" % (len(BODY), BODY) if b"transfer-encoding" in head.lower() else BODY
+    answer = _raw(hop, head + body + smuggled)
     assert 400 <= _status(answer) < 600 and _status(answer) != 502, answer[:300]
     assert answer.count(b"HTTP/1.1 ") == 1, "the hop went on reading after a framing error"
     assert b"connection: close" in answer.lower()

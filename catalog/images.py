@@ -34,12 +34,19 @@ APP_DOCKERFILE = "app.Dockerfile"
 # Where the arm64 image is built. CodeBuild documents its ARM_CONTAINER environment for a list of regions without
 # Beijing or Ningxia (CodeBuild API Reference, ProjectEnvironment.type: "ARM_CONTAINER is available only in
 # regions US East (N. Virginia), ...", https://docs.aws.amazon.com/codebuild/latest/APIReference/
-# API_ProjectEnvironment.html), while the x86 LINUX_CONTAINER is offered in both (the same note names China for
-# its 2xlarge size). "emulated" builds the arm64 image on the x86 builder under QEMU user emulation (the static
-# qemu-aarch64 is staged with the sources): slower, but it exists wherever the x86 builder does. "native" uses
-# ARM_CONTAINER where the account's region offers it (run the pre-flight first).
-ARM64_BUILDERS = ("emulated", "native")
-DEFAULT_ARM64_BUILDER = "emulated"
+# API_ProjectEnvironment.html), while the x86 LINUX_CONTAINER is offered in both. "cross" compiles the arm64
+# llama-server on the x86 builder with Debian's aarch64 cross compiler and unpacks the arm64 runtime root without
+# running it: no emulator, and it exists wherever the x86 builder does. "native" uses ARM_CONTAINER where the
+# account's region offers it (run the pre-flight first); the same Dockerfile then compiles natively.
+ARM64_BUILDERS = ("cross", "native")
+DEFAULT_ARM64_BUILDER = "cross"
+
+# The Debian mirror the image roots are bootstrapped from (deploy option debianMirror). Any mirror is safe: the
+# build checks every Release file against the keyring pinned in docker/keyrings/ and every package against it.
+# Alibaba Cloud's mirror is inside mainland China (https://developer.aliyun.com/mirror/debian) and is what public
+# provisioning scripts for the AWS China regions switch to, because the distributions' default mirrors are
+# abroad; whether a CodeBuild build in cn-northwest-1 reaches it is open until a China account runs one.
+DEFAULT_DEBIAN_MIRROR = "https://mirrors.aliyun.com/debian"
 
 # CloudFormation waits at most this long for a custom resource; ServiceTimeout is "an integer from 1 to 3600"
 # (AWS::CloudFormation::CustomResource, https://docs.amazonaws.cn/en_us/AWSCloudFormation/latest/TemplateReference/
@@ -48,11 +55,3 @@ DEFAULT_ARM64_BUILDER = "emulated"
 CUSTOM_RESOURCE_MAX_WAIT_S = 3600
 BUILD_POLL_INTERVAL_S = 60
 LAYER_BUILD_TIMEOUT_MIN = 50  # CodeBuild timeout per layer; the waiter gives up at 55 min, CloudFormation at 60
-
-# AWS Deep Learning Containers are published to the China regions from this account
-# (https://docs.amazonaws.cn/sagemaker/latest/dg-ecr-paths/ecr-cn-north-1.html lists its registry path for
-# Beijing). The CUDA build stage needs nvcc, which the PyTorch
-# training images carry; that this tag is published in cn-northwest-1 is open (see docker/README.md).
-DLC_ACCOUNT_CHINA = "727897471807"
-CUDA_BUILD_REPOSITORY = "pytorch-training"
-CUDA_BUILD_TAG = "2.7.1-gpu-py312-cu128-ubuntu22.04-ec2"

@@ -6,13 +6,13 @@
 # tier runs it the same way with REPOSITORY_NAME unset: then nothing is pushed and "exists" means a local image.
 #
 # Environment: TARGET, PLATFORM (linux/amd64, linux/arm64), BASE_TAG, IMAGE_TAG, REPOSITORY_URI, SOURCES_DIR
-# (the staged llama.cpp sdist and wheels), REPOSITORY_NAME (ECR; empty: local), STAGE (base, app or all),
-# ROOTFS_FLAVOR (al2023 or debian), BUILD_ARGS (NAME=value pairs separated by spaces; values have no spaces).
+# (the staged llama.cpp sdist, wheels and debootstrap), DEBIAN_MIRROR (where the roots come from: the deploy
+# option debianMirror), REPOSITORY_NAME (ECR; empty: local), STAGE (base, app or all), BUILD_ARGS (NAME=value
+# pairs separated by spaces; values have no spaces).
 set -euo pipefail
 
 : "${TARGET:?}" "${PLATFORM:?}" "${BASE_TAG:?}" "${IMAGE_TAG:?}" "${REPOSITORY_URI:?}" "${SOURCES_DIR:?}"
 stage="${STAGE:-all}"
-flavor="${ROOTFS_FLAVOR:-al2023}"
 context="$(cd "$(dirname "$0")/.." && pwd)"
 arch="${PLATFORM#linux/}"
 log() { echo "build-image: $*" >&2; }
@@ -65,39 +65,47 @@ login_to_registries() {
   done
 }
 
-# An arm64 image on an x86 builder (no arm64 CodeBuild in the region): QEMU user emulation through binfmt_misc,
-# with the F flag so that the kernel holds the interpreter open for every container. Needs a privileged build.
-enable_emulation() {
-  local host
-  host=$(uname -m)
-  [[ "$arch" == arm64 && "$host" != aarch64 ]] || return 0
-  # BuildKit (Docker 20.10 here) looks a foreign-platform FROM up in a registry, never in the local store where
-  # the bootstrapped roots are: the classic builder uses local images.
-  export DOCKER_BUILDKIT=0
-  [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] && return 0
-  local qemu="$SOURCES_DIR/qemu/qemu-aarch64-static"
-  [[ -x "$qemu" ]] || qemu=$(command -v qemu-aarch64-static) || {
-    log "an arm64 image on a $host builder needs qemu-aarch64-static in $SOURCES_DIR/qemu (make image-sources)"
-    exit 1
-  }
-  mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-  install -m 0755 "$qemu" /usr/local/bin/qemu-aarch64-static
-  local magic='\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
-  local mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
-  printf '%s' ":qemu-aarch64:M::$magic:$mask:/usr/local/bin/qemu-aarch64-static:F" >/proc/sys/fs/binfmt_misc/register
-  log "arm64 emulated with $qemu"
-}
-
-# The bootstrapped roots are cached as local images, keyed by the script that makes them.
+# The bootstrapped roots are cached as local images, keyed by what makes them (the script, the pinned keyring and
+# the staged debootstrap); the mirror is not part of the key: every mirror serves the same signed release.
 root_image() {
-  local role="$1" key
-  key=$(sha256sum "$context/docker/bootstrap-base.sh" | cut -c1-12)
-  local tag="gguf-serve-root/$role:$flavor-$arch-$key"
+  local role="$1" root_arch="$2" key deb
+  deb=$(find "$SOURCES_DIR/debian" -name 'debootstrap_*_all.deb' 2>/dev/null | head -1)
+  [[ -n "$deb" ]] || { log "no debootstrap .deb in $SOURCES_DIR/debian (make image-sources)"; exit 1; }
+  key=$(cat "$context/docker/bootstrap-base.sh" "$context"/docker/keyrings/*.gpg "$deb" | sha256sum | cut -c1-12)
+  local tag
+  tag="gguf-serve-root/$role:$root_arch-$(uname -m)-$key"
   if ! docker image inspect "$tag" >/dev/null 2>&1; then
-    log "bootstrapping the $role root ($flavor, $arch)"
-    bash "$context/docker/bootstrap-base.sh" "$role" "$flavor" "$arch" "$tag" >/dev/null
+    log "bootstrapping the $role root ($root_arch) from ${DEBIAN_MIRROR:?set DEBIAN_MIRROR}"
+    DEBOOTSTRAP_DEB="$deb" bash "$context/docker/bootstrap-base.sh" "$role" "$root_arch" "$tag" >/dev/null
   fi
   echo "$tag"
+}
+
+# The roots a target's base is built from: the build root runs on the builder (a cross compiler in it for arm64
+# on x86), the runtime root is the image's architecture. The CUDA ones add Debian non-free's CUDA 12.4.
+roles() {
+  case "$TARGET" in
+    cuda) echo build-cuda runtime-cuda ;;
+    *) echo build runtime ;;
+  esac
+}
+
+# A root of the builder's architecture with the same Python as the image's: the application layer's check
+# imports the launcher with it (in the image's own root when the builder can run it, see docker/selfcheck.py).
+check_image() {
+  local host
+  host=$(uname -m)
+  root_image runtime "$([[ "$host" == aarch64 ]] && echo arm64 || echo amd64)"
+}
+
+# The classic builder for a foreign-architecture image: BuildKit (Docker 20.10 here) looks a FROM of another
+# platform up in a registry only, never in the local store where the bootstrapped roots are. Nothing in the
+# build runs the image's architecture (the compile is a cross compile), so no emulator is needed.
+use_classic_builder_for_foreign_arch() {
+  case "$arch/$(uname -m)" in
+    amd64/x86_64 | arm64/aarch64) ;;
+    *) export DOCKER_BUILDKIT=0 ;;
+  esac
 }
 
 build_base() {
@@ -106,16 +114,19 @@ build_base() {
     return
   fi
   login_to_registries
-  enable_emulation
-  [[ -n "$build_image" ]] || build_args+=(--build-arg "BUILD_IMAGE=$(root_image build)")
-  [[ -n "$runtime_image" ]] || build_args+=(--build-arg "RUNTIME_IMAGE=$(root_image runtime)")
+  use_classic_builder_for_foreign_arch
+  local build_role runtime_role
+  read -r build_role runtime_role <<<"$(roles)"
+  # The build root is named by the image's architecture (it holds the cross compiler for it) and runs on the host.
+  [[ -n "$build_image" ]] || build_args+=(--build-arg "BUILD_IMAGE=$(root_image "$build_role" "$arch")")
+  [[ -n "$runtime_image" ]] || build_args+=(--build-arg "RUNTIME_IMAGE=$(root_image "$runtime_role" "$arch")")
   rm -rf "$context/sources"
   mkdir -p "$context/sources"
   cp "$SOURCES_DIR"/llama_cpp_python-*.tar.gz "$context/sources/" 2>/dev/null || log "llama.cpp source not staged"
   local network=none # the staged source is all the build needs
   [[ " ${pairs[*]} " == *" PIP_INDEX_URL="* ]] && network=host
   log "building base $BASE_TAG"
-  docker build --network "$network" --platform "$PLATFORM" -f "$context/docker/$TARGET.Dockerfile" \
+  docker build --network "$network" -f "$context/docker/$TARGET.Dockerfile" \
     "${build_args[@]}" -t "$REPOSITORY_URI:$BASE_TAG" "$context"
   push "$BASE_TAG"
 }
@@ -128,7 +139,7 @@ build_app() {
   if ! docker image inspect "$REPOSITORY_URI:$BASE_TAG" >/dev/null 2>&1; then
     docker pull "$REPOSITORY_URI:$BASE_TAG"
   fi
-  enable_emulation
+  use_classic_builder_for_foreign_arch
   (cd "$SOURCES_DIR/wheels" && sha256sum -c --quiet SHA256SUMS)
   rm -rf "$context/site"
   mkdir -p "$context/site"
@@ -137,8 +148,11 @@ build_app() {
     python3 -m zipfile -e "$wheel" "$context/site"
   done
   log "building image $IMAGE_TAG on $BASE_TAG"
-  docker build --network none --platform "$PLATFORM" -f "$context/docker/app.Dockerfile" \
-    --build-arg "LLAMA_BASE=$REPOSITORY_URI:$BASE_TAG" -t "$REPOSITORY_URI:$IMAGE_TAG" "$context"
+  local app_args=(-f "$context/docker/app.Dockerfile" --build-arg "LLAMA_BASE=$REPOSITORY_URI:$BASE_TAG"
+    --build-arg "CHECK_IMAGE=$(check_image)")
+  # The check stage first (the launcher imports in the image's root), then the image, whose layers it shares.
+  docker build --network none "${app_args[@]}" --target check "$context"
+  docker build --network none "${app_args[@]}" --target image -t "$REPOSITORY_URI:$IMAGE_TAG" "$context"
   push "$IMAGE_TAG"
 }
 

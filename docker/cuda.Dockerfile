@@ -1,10 +1,10 @@
-# The llama.cpp base for the g5's NVIDIA A10G (sm_86) with CUDA. Compiled in BUILD_IMAGE, which must carry
-# nvcc: by default an AWS Deep Learning Container from the region's own registry (the stack passes it; see
-# catalog/images.py). The runtime is the bootstrapped root plus the three CUDA libraries llama-server links,
-# copied from the build image, not a multi-gigabyte CUDA runtime image. No GPU is needed to build; the host
-# needs an NVIDIA driver for CUDA 12 and the container toolkit (the Deep Learning Base AMI has both).
-ARG BUILD_IMAGE
-ARG RUNTIME_IMAGE=gguf-serve-root/runtime:amd64
+# The llama.cpp base for the g5's NVIDIA A10G (sm_86) with CUDA: llama-server on a bootstrapped runtime root.
+# Both roots come from the same Debian mirror as the CPU images (docker/bootstrap-base.sh build-cuda and
+# runtime-cuda): the build root carries Debian non-free's CUDA 12.4 toolkit (nvcc, with g++-13 as its host
+# compiler), the runtime root only libcudart12, libcublas12 and libcublaslt12. No GPU is needed to build; the
+# host needs an NVIDIA driver for CUDA 12.4 and the container toolkit (the Deep Learning Base AMI has both).
+ARG BUILD_IMAGE=gguf-serve-root/build-cuda:amd64
+ARG RUNTIME_IMAGE=gguf-serve-root/runtime-cuda:amd64
 
 FROM ${BUILD_IMAGE} AS build
 # Set only to fetch the source from a PEP 503 index (a mirror) when it was not staged.
@@ -23,24 +23,37 @@ RUN python3 /usr/local/bin/fetch-llama-source --staged /sources --index-url "${P
 WORKDIR /src/llama.cpp
 # GGML_NATIVE=OFF: the host code must not depend on the build machine's CPU (g5 runs AMD EPYC, AVX2).
 # nvcc needs about 2.5 GB per job on the flash-attention kernels: jobs are capped by available memory.
-# libstdc++ and libgcc are linked statically: the runtime root's may be older than the build image's.
+# libcuda.so.1 is the driver's: linked against the toolkit's stub, provided by the host at run time.
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
-      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" -DGGML_NATIVE=OFF \
-      -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" -DCMAKE_CUDA_HOST_COMPILER=g++-13 \
+      -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_BUILD_NUMBER="${LLAMA_CPP_BUILD}" -DLLAMA_BUILD_COMMIT="${LLAMA_CPP_COMMIT}" \
-      -DCMAKE_EXE_LINKER_FLAGS="-Wl,--allow-shlib-undefined -static-libstdc++ -static-libgcc" \
+      -DCMAKE_EXE_LINKER_FLAGS="-Wl,--allow-shlib-undefined" \
  && jobs=$(awk -v n="$(nproc)" '/^MemAvailable/ { j = int($2 / 2500000); print (j < 1 ? 1 : (j < n ? j : n)) }' /proc/meminfo) \
  && cmake --build build --target llama-server -j"${jobs}" \
- && install -D -m 0755 -s build/bin/llama-server /out/usr/local/bin/llama-server \
- && install -d /out/usr/local/lib/cuda \
- && cp -L "$(dirname "$(readlink -f "$(command -v nvcc)")")"/../lib64/libcudart.so.12 \
-      "$(dirname "$(readlink -f "$(command -v nvcc)")")"/../lib64/libcublas.so.12 \
-      "$(dirname "$(readlink -f "$(command -v nvcc)")")"/../lib64/libcublasLt.so.12 /out/usr/local/lib/cuda/
+ && install -D -m 0755 -s build/bin/llama-server /out/usr/local/bin/llama-server
+
+FROM ${RUNTIME_IMAGE} AS root
+
+# The last build step: llama-server in the runtime root finds every library but the driver's libcuda.so.1, runs
+# (CUDA initialises lazily: --version needs no GPU) and prints the pinned build. The image gets only what passed.
+FROM ${BUILD_IMAGE} AS check
+ARG LLAMA_CPP_BUILD=11312
+ARG LLAMA_CPP_COMMIT=0c1e57098
+COPY --from=root / /check/
+COPY --from=build /out/ /check/
+COPY --from=build /out/ /out/
+COPY docker/selfcheck.py /usr/local/bin/selfcheck
+# --version runs against the toolkit's libcuda stub (no driver here); the stub never reaches the image.
+RUN stub=$(find /usr/lib -path '*stubs*' -name libcuda.so -print -quit) \
+ && python3 /usr/local/bin/selfcheck /check --elf /usr/local/bin/llama-server --allow-missing libcuda.so.1 \
+      --stub "libcuda.so.1=${stub:?no libcuda stub in the toolkit}" \
+      --version-contains "(build ${LLAMA_CPP_BUILD}, commit ${LLAMA_CPP_COMMIT})"
 
 FROM ${RUNTIME_IMAGE} AS runtime
 ARG LLAMA_CPP_BUILD=11312
-COPY --from=build /out/usr/ /usr/
-# libcuda.so.1 comes from the host's driver through the NVIDIA container toolkit at run time.
-ENV LD_LIBRARY_PATH=/usr/local/lib/cuda NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+COPY --from=check /out/ /
+# The NVIDIA container toolkit mounts the host driver's libcuda.so.1 when these are set.
+ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 LABEL org.opencontainers.image.title="llama.cpp b${LLAMA_CPP_BUILD} base, CUDA sm_86"

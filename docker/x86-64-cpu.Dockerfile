@@ -34,8 +34,22 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
  && find /out/opt/llama.cpp -type f -exec strip --strip-unneeded {} + \
  && ln -s /opt/llama.cpp/llama-server /out/usr/local/bin/llama-server
 
+FROM ${RUNTIME_IMAGE} AS root
+
+# The last build step: llama-server in the runtime root finds every library, runs and prints the pinned build,
+# checked from the build root (docker/selfcheck.py). The image gets only the files that passed.
+FROM ${BUILD_IMAGE} AS check
+ARG LLAMA_CPP_BUILD=11312
+ARG LLAMA_CPP_COMMIT=0c1e57098
+COPY --from=root / /check/
+COPY --from=build /out/ /check/
+COPY --from=build /out/ /out/
+COPY docker/selfcheck.py /usr/local/bin/selfcheck
+RUN python3 /usr/local/bin/selfcheck /check --elf /usr/local/bin/llama-server --elf "/opt/llama.cpp/*.so" \
+      --version-contains "(build ${LLAMA_CPP_BUILD}, commit ${LLAMA_CPP_COMMIT})"
+
 FROM ${RUNTIME_IMAGE} AS runtime
 ARG LLAMA_CPP_BUILD=11312
 # llama-server finds the CPU variants next to its real path, and its libraries through RPATH.
-COPY --from=build /out/ /
+COPY --from=check /out/ /
 LABEL org.opencontainers.image.title="llama.cpp b${LLAMA_CPP_BUILD} base, x86-64 CPU"

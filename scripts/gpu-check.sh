@@ -4,8 +4,10 @@
 #   1. nvidia-smi answers the query latencyproxy makes, and the hop exports GPU memory and temperature
 #   2. llama-server built with CUDA from the same pinned sdist serves the small Gemma GGUF with every layer on
 #      the GPU, through the hop; the guide's smoke prompts run (`bench smoke`) and the hop's histograms fill
-#   3. optional (GPU_CHECK_IMAGE=1): the CUDA serving image builds with docker/build-image.sh on a Debian root
-#      (BUILD_IMAGE must be an image with nvcc, e.g. a CUDA devel image your registry mirrors)
+#   3. optional (GPU_CHECK_IMAGE=1): the CUDA serving image the GpuMtpStack deploys, by its content tag: the one
+#      tests/images/test_cuda_image.py built here, else built now with docker/build-image.sh exactly as CodeBuild
+#      builds it (Debian non-free's CUDA 12.4 from DEBIAN_MIRROR, default deb.debian.org); then its llama-server
+#      serves the Gemma GGUF on the GPU (--gpus all, every layer offloaded)
 #   4. `python -m workstation up --native` with that CUDA llama-server: the Gemma GGUF on the GPU through the hop
 # Usage: scripts/gpu-check.sh   (from the checkout, after `make .venv/.installed` or `make demo`)
 set -uo pipefail
@@ -71,14 +73,30 @@ else
   fail "CUDA llama-server build (needs nvcc and cmake)"
 fi
 
-# 3. the CUDA serving image (opt-in: needs a build image with nvcc reachable from this machine)
+# 3. the CUDA serving image (opt-in: the build compiles llama.cpp with nvcc, long on a small machine)
 if [[ ${GPU_CHECK_IMAGE:-0} == 1 ]]; then
-  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-  if TARGET=cuda PLATFORM=linux/amd64 BASE_TAG=base-cuda-local IMAGE_TAG=cuda-local REPOSITORY_URI=gguf-serve \
-    SOURCES_DIR="$cache/image-sources" ROOTFS_FLAVOR=debian \
-    BUILD_ARGS="BUILD_IMAGE=${BUILD_IMAGE:?set BUILD_IMAGE to an image with nvcc} CUDA_ARCHITECTURES=$arch" \
-    docker/build-image.sh; then
-    pass "CUDA image gguf-serve:cuda-local (sm_$arch)"
+  read -r base_tag image_tag < <("$py" -c 'from catalog.images import IMAGE_TARGETS as T
+from stacks.image_build import app_key, base_key
+b = f"base-cuda-{base_key(T[\"cuda\"], {})}"
+print(b, f"cuda-{app_key(b, {})}")')
+  image="gguf-serve-test/cuda:$image_tag"
+  if docker image inspect "$image" >/dev/null 2>&1 ||
+    TARGET=cuda PLATFORM=linux/amd64 BASE_TAG="$base_tag" IMAGE_TAG="$image_tag" REPOSITORY_URI=gguf-serve-test/cuda \
+      SOURCES_DIR="$cache/image-sources" DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
+      REPOSITORY_NAME="" docker/build-image.sh; then
+    pass "CUDA image $image"
+    docker tag "$image" gguf-serve:cuda-local # the workstation's default image (workstation/compose.py)
+    docker rm -f gpu-check-image >/dev/null 2>&1
+    docker run -d --name gpu-check-image --gpus all -v "$model:/models/gemma.gguf:ro" -p 127.0.0.1:18082:18082 \
+      --entrypoint llama-server "$image" -m /models/gemma.gguf --host 0.0.0.0 --port 18082 -c 4096 -ngl 999 >/dev/null
+    for _ in $(seq 120); do curl -sf http://127.0.0.1:18082/health >/dev/null && break; sleep 1; done
+    if curl -sf http://127.0.0.1:18082/completion -d '{"prompt": "Hello", "n_predict": 8}' >/dev/null &&
+      docker logs gpu-check-image 2>&1 | grep -q "offloaded .*layers to GPU"; then
+      pass "the CUDA image serves on the GPU: $(docker logs gpu-check-image 2>&1 | grep -m1 -o 'CUDA : ARCHS = [0-9,]*')"
+    else
+      fail "the CUDA image on the GPU (docker logs gpu-check-image)"
+    fi
+    docker rm -f gpu-check-image >/dev/null 2>&1
   else
     fail "CUDA image build"
   fi

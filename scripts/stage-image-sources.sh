@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Stage what the in-region image build needs from outside the region, once, into a cache outside the checkout:
-# the llama.cpp source (the pinned PyPI sdist, sha256-checked) and the image's pure-Python wheels (pip checks
-# the hashes in docker/requirements-image.txt), and this machine's qemu-aarch64-static when it has one.
+# the llama.cpp source (the pinned PyPI sdist, sha256-checked), the image's pure-Python wheels (pip checks
+# the hashes in docker/requirements-image.txt) and Debian's debootstrap package (docker/debian-sources.txt).
+# Nothing is taken from this machine's own OS: any machine with Python, pip and curl stages the same bytes.
 # `cdk synth` puts this directory into the build's S3 asset, so the builder reaches no package index.
-# Prints the directory on stdout.
+# DEBIAN_MIRROR: where debootstrap is downloaded from (default deb.debian.org). Prints the directory on stdout.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,12 +37,19 @@ if [[ "$want" != "$have" ]]; then
   (cd "$dest/wheels" && sha256sum -- *.whl >SHA256SUMS)
 fi
 
-# The arm64 image is built on the x86 builder under QEMU where CodeBuild offers no arm64 builder: stage this
-# machine's static user-mode emulator (Debian/Ubuntu: qemu-user-static). Without it only x86 images build.
-if qemu=$(command -v qemu-aarch64-static); then
-  cmp -s "$qemu" "$dest/qemu/qemu-aarch64-static" || install -D -m 0755 "$qemu" "$dest/qemu/qemu-aarch64-static"
-else
-  rm -rf "$dest/qemu"
-  echo "note: no qemu-aarch64-static here; the arm64 image then needs CodeBuild's native arm64 builder" >&2
+# debootstrap, architecture all, checked against its pinned sha256 (Python's hashlib: macOS has no sha256sum).
+sha256_of() { "$python" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"; }
+mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+read -r deb_path deb_sha256 < <(grep -v '^#' "$root/docker/debian-sources.txt")
+deb="$dest/debian/${deb_path##*/}"
+if [[ ! -f "$deb" || "$(sha256_of "$deb")" != "$deb_sha256" ]]; then
+  rm -rf "$dest/debian"
+  mkdir -p "$dest/debian"
+  curl -fsSL --retry 3 -o "$deb.part" "$mirror/$deb_path" \
+    || { echo "cannot download $mirror/$deb_path; set DEBIAN_MIRROR to a Debian mirror you reach" >&2; exit 1; }
+  [[ "$(sha256_of "$deb.part")" == "$deb_sha256" ]] \
+    || { echo "sha256 of $mirror/$deb_path is not $deb_sha256" >&2; rm -f "$deb.part"; exit 1; }
+  mv "$deb.part" "$deb"
 fi
+rm -rf "$dest/qemu" # staged by earlier versions: the arm64 image is cross-compiled now
 echo "$dest"

@@ -81,6 +81,7 @@ def build_app(
                 certificate_arn=options.certificate_arn,
                 image_build_args=options.image_build_args,
                 arm64_builder=options.arm64_builder,
+                debian_mirror=options.debian_mirror,
                 env=env,
             )
         why = resolution.refused.get(model)

@@ -1,12 +1,13 @@
 """Build the serving image in region and push it to ECR, during `cdk deploy`, from nothing outside the region.
 
 Two layers, each keyed by its own inputs and each built by CodeBuild under its own custom resource:
-- the llama.cpp base (docker/<target>.Dockerfile on root filesystems bootstrapped from the OS repositories the
-  builder reaches in region), tagged `base-<target>-<hash>`: only a llama.cpp, flags or root change rebuilds it;
+- the llama.cpp base (docker/<target>.Dockerfile on Debian root filesystems bootstrapped from a Debian mirror, the
+  deploy option debianMirror, with signatures checked against a pinned keyring), tagged `base-<target>-<hash>`:
+  only a llama.cpp, flags or root change rebuilds it;
 - the application image (docker/app.Dockerfile: the runtime packages on that base), tagged `<target>-<hash>`.
   Profile fields the image never reads (prices, descriptions) are left out of its hash, so editing them
   rebuilds nothing and replaces no instance.
-What the builder would otherwise download (the pinned llama.cpp sdist, the runtime wheels) is staged before
+What the builder would otherwise download (the pinned llama.cpp sdist, the runtime wheels, debootstrap) is staged before
 deploy by scripts/stage-image-sources.sh and travels in a second S3 asset; synth only reads and checks it.
 """
 
@@ -45,11 +46,9 @@ from catalog.images import (
     APP_DOCKERFILE,
     ARM64_BUILDERS,
     BUILD_POLL_INTERVAL_S,
-    CUDA_BUILD_REPOSITORY,
-    CUDA_BUILD_TAG,
     CUSTOM_RESOURCE_MAX_WAIT_S,
     DEFAULT_ARM64_BUILDER,
-    DLC_ACCOUNT_CHINA,
+    DEFAULT_DEBIAN_MIRROR,
     LAYER_BUILD_TIMEOUT_MIN,
     ImageTarget,
 )
@@ -73,11 +72,18 @@ CONTEXT_EXCLUDE = [
     "*.pyc",
 ]
 HANDLERS = Path(__file__).resolve().parent / "handlers"
-QEMU = "qemu/qemu-aarch64-static"  # in the staged sources, for arm64 builds on an x86 builder
-# The in-region default: Amazon Linux 2023 roots from the repositories CodeBuild's AL2023 image is set up with.
-ROOTFS_FLAVOR = "al2023"
+# What a base image is made of besides its Dockerfile: the roots' bootstrap, the pinned keyring and debootstrap,
+# the source fetch and the self-check (the mirror is not: every mirror serves the same signed release).
+BASE_INPUTS = (
+    "bootstrap-base.sh",
+    "debian-sources.txt",
+    "keyrings/debian-trixie.gpg",
+    "fetch-llama-source.py",
+    "selfcheck.py",
+)
 # Build arguments the build script sets itself, never a user.
-RESERVED_BUILD_ARGS = frozenset({"LLAMA_BASE"})
+RESERVED_BUILD_ARGS = frozenset({"LLAMA_BASE", "CHECK_IMAGE"})
+_MIRROR = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%+-]+)*/?$")
 _ARG_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Printable ASCII without whitespace, quotes, backslash, $ or backtick: URLs and image references fit.
 _ARG_VALUE = re.compile(r"^[!#%&(-\[\]-_a-~]+$")
@@ -110,9 +116,11 @@ class ImageBuild(Construct):
 
     target: the image target (catalog.images.IMAGE_TARGETS).
     build_args: NAME=value Docker build arguments (-c imageBuildArgs), checked here; default none.
-    sources_dir: the staged llama.cpp sdist and wheels; default default_sources_dir().
-    arm64_builder: "emulated" (x86 CodeBuild under QEMU, offered wherever CodeBuild is) or "native"
-        (CodeBuild ARM_CONTAINER, where the region offers it); default "emulated". Ignored for x86 targets.
+    sources_dir: the staged llama.cpp sdist, wheels and debootstrap; default default_sources_dir().
+    arm64_builder: "cross" (x86 CodeBuild with a cross compiler, offered wherever CodeBuild is) or "native"
+        (CodeBuild ARM_CONTAINER, where the region offers it); default "cross". Ignored for x86 targets.
+    debian_mirror: the Debian mirror the roots are bootstrapped from (http or https); default
+        catalog.images.DEFAULT_DEBIAN_MIRROR.
     """
 
     def __init__(
@@ -124,17 +132,16 @@ class ImageBuild(Construct):
         build_args: dict[str, str] | None = None,
         sources_dir: Path | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
+        debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         if arm64_builder not in ARM64_BUILDERS:
             raise ProfileError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
+        check_debian_mirror(debian_mirror)
         arm = target.architecture == Architecture.ARM64
-        emulated = arm and arm64_builder == "emulated"
         check_build_args(target, build_args or {})
-        # Keys and grants see the URL suffix as a placeholder (a token would make tags nondeterministic).
-        args = {**default_build_args(target, stack.region, "<url-suffix>"), **(build_args or {})}
-        build_env_args = {**default_build_args(target, stack.region, stack.url_suffix), **(build_args or {})}
+        args = dict(build_args or {})
         self.repository = ecr.Repository(
             self,
             "Repository",
@@ -154,7 +161,7 @@ class ImageBuild(Construct):
         context = s3_assets.Asset(
             self, "Context", path=str(ROOT), ignore_mode=IgnoreMode.GIT, exclude=list(CONTEXT_EXCLUDE)
         )
-        staged = check_staged_sources(sources_dir or default_sources_dir(), need_qemu=emulated)
+        staged = check_staged_sources(sources_dir or default_sources_dir())
         if staged.problems:
             Annotations.of(self).add_error(
                 "the image build's sources are not staged: "
@@ -186,7 +193,7 @@ class ImageBuild(Construct):
             environment=codebuild.BuildEnvironment(
                 build_image=(
                     codebuild.LinuxArmBuildImage.AMAZON_LINUX_2023_STANDARD_3_0
-                    if arm and not emulated
+                    if arm and arm64_builder == "native"
                     else codebuild.LinuxBuildImage.AMAZON_LINUX_2023_5
                 ),
                 compute_type=codebuild.ComputeType.LARGE,
@@ -201,8 +208,8 @@ class ImageBuild(Construct):
                     "PLATFORM": target.platform,
                     "BASE_TAG": self.base_tag,
                     "IMAGE_TAG": self.image_tag,
-                    "BUILD_ARGS": " ".join(f"{k}={v}" for k, v in sorted(build_env_args.items())),
-                    "ROOTFS_FLAVOR": ROOTFS_FLAVOR,
+                    "BUILD_ARGS": " ".join(f"{k}={v}" for k, v in sorted(args.items())),
+                    "DEBIAN_MIRROR": debian_mirror.rstrip("/"),
                     "STAGE": "all",
                     "DOCKER_BUILDKIT": "1",  # per-Dockerfile .dockerignore
                 }.items()
@@ -368,12 +375,14 @@ def check_build_args(target: ImageTarget, build_args: dict[str, str]) -> dict[st
     return dict(build_args)
 
 
-def default_build_args(target: ImageTarget, region: str, url_suffix: str) -> dict[str, str]:
-    """In-region defaults a target needs: the CUDA build stage compiles in an AWS Deep Learning Container."""
-    if target.accelerator != "cuda":
-        return {}
-    registry = f"{DLC_ACCOUNT_CHINA}.dkr.ecr.{region}.{url_suffix}"
-    return {"BUILD_IMAGE": f"{registry}/{CUDA_BUILD_REPOSITORY}:{CUDA_BUILD_TAG}"}
+def check_debian_mirror(url: str) -> str:
+    """A mirror URL the build script can pass to debootstrap as one word; http is fine (signatures are checked)."""
+    if not _MIRROR.match(url):
+        raise ProfileError(
+            f"debianMirror {url!r}: write the mirror's Debian archive URL, e.g. {DEFAULT_DEBIAN_MIRROR} or "
+            "http://deb.debian.org/debian (http or https, no spaces or quotes)"
+        )
+    return url
 
 
 def _foreign_ecr_repositories(scope: Construct, args: dict[str, str]) -> list[str]:
@@ -398,11 +407,11 @@ def _files(folder: Path) -> list[Path]:
 
 
 def base_key(target: ImageTarget, args: dict[str, str], root: Path = ROOT) -> str:
-    """llama.cpp base: its Dockerfile (source pin, flags), the root bootstrap, the source fetch, its arguments."""
+    """llama.cpp base: its Dockerfile (source pin, flags), the roots' inputs, the source fetch, its arguments."""
     h = hashlib.sha256()
-    for name in (target.dockerfile, "bootstrap-base.sh", "fetch-llama-source.py"):
+    for name in (target.dockerfile, *BASE_INPUTS):
         h.update(name.encode() + b"\0" + (root / "docker" / name).read_bytes() + b"\0")
-    h.update(f"{target.platform}\0{ROOTFS_FLAVOR}\0".encode())
+    h.update(f"{target.platform}\0".encode())
     declared = declared_build_args(target.dockerfile, root)
     h.update(json.dumps({k: v for k, v in sorted(args.items()) if k in declared}).encode())
     return h.hexdigest()[:16]
@@ -419,9 +428,9 @@ def app_files(root: Path = ROOT) -> list[Path]:
 
 
 def app_key(base_tag: str, args: dict[str, str], root: Path = ROOT) -> str:
-    """Application image: the base, the app Dockerfile, the wheels, the build script and the files it copies."""
+    """Application image: the base, the app Dockerfile, the wheels, the build script, its check, the files it copies."""
     h = hashlib.sha256(base_tag.encode() + b"\0")
-    for name in (APP_DOCKERFILE, "requirements-image.txt", "build-image.sh"):
+    for name in (APP_DOCKERFILE, "requirements-image.txt", "build-image.sh", "selfcheck.py"):
         h.update(name.encode() + b"\0" + (root / "docker" / name).read_bytes() + b"\0")
     for path in app_files(root):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -441,7 +450,7 @@ class StagedSources:
 
 
 def pinned_sources() -> dict[str, str]:
-    """sha256 of each file the build needs from outside the region: the llama.cpp sdist and every wheel."""
+    """sha256 of each file the build needs from outside the region: the llama.cpp sdist, every wheel, debootstrap."""
     dockerfile = (DOCKER / "x86-64-cpu.Dockerfile").read_text()
     version = re.search(r"^ARG LLAMA_CPP_PYTHON_VERSION=(\S+)$", dockerfile, re.M).group(1)  # type: ignore[union-attr]
     sha = re.search(r"^ARG LLAMA_CPP_PYTHON_SHA256=([0-9a-f]{64})$", dockerfile, re.M).group(1)  # type: ignore[union-attr]
@@ -449,26 +458,23 @@ def pinned_sources() -> dict[str, str]:
     for line in (DOCKER / "requirements-image.txt").read_text().splitlines():
         if m := re.match(r"^(\S+)==(\S+) --hash=sha256:([0-9a-f]{64})$", line):
             pins[f"wheels/{m.group(1)}=={m.group(2)}"] = m.group(3)
+    for line in (DOCKER / "debian-sources.txt").read_text().splitlines():
+        if m := re.match(r"^\S+/(\S+\.deb) ([0-9a-f]{64})$", line):
+            pins[f"debian/{m.group(1)}"] = m.group(2)
     return pins
 
 
-def check_staged_sources(path: Path, *, need_qemu: bool = False) -> StagedSources:
+def check_staged_sources(path: Path) -> StagedSources:
+    """Everything staged is pinned, so the asset hash is a digest of the pins; nothing comes from this machine's OS."""
     pins = pinned_sources()
-    qemu = path / QEMU
-    contents = {**pins, QEMU: _sha256(qemu)}  # the emulator is the deploy machine's own: hashed, not pinned
-    digest = hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
     problems = []
-    if need_qemu and not qemu.is_file():
-        problems.append(
-            f"{qemu} is missing, and the arm64 image is built under emulation: install qemu-user-static "
-            "(Debian/Ubuntu) on this machine, or deploy with the native arm64 builder where CodeBuild offers it"
-        )
-    sdist = next(k for k in pins if not k.startswith("wheels/"))
     if not path.is_dir():
         problems = [f"{path} does not exist"]
     else:
-        if _sha256(path / sdist) != pins[sdist]:
-            problems.append(f"{path / sdist} is missing or not sha256 {pins[sdist]}")
+        for name in (k for k in pins if not k.startswith("wheels/")):
+            if _sha256(path / name) != pins[name]:
+                problems.append(f"{path / name} is missing or not sha256 {pins[name]}")
         wheel_hashes = {_sha256(w) for w in (path / "wheels").glob("*.whl")}
         missing = sorted(k for k, v in pins.items() if k.startswith("wheels/") and v not in wheel_hashes)
         if missing:

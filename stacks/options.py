@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import ProfileError
-from catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER
+from catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
 
 DEPLOY_CONFIG = Path(__file__).resolve().parent.parent / "deploy.toml"
 
@@ -41,6 +41,7 @@ OPTION_NAMES = (
     "warmPool",
     "imageBuildArgs",
     "arm64Builder",
+    "debianMirror",
 )
 
 
@@ -58,7 +59,8 @@ class DeployOptions:
     off_hours: tuple[int, int] | None = None  # (stop, start) hours, weekdays, Asia/Shanghai: scale to zero
     warm_pool: int | None = None  # stopped instances that hold the verified model; 0: none; None: the profile's
     image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
-    arm64_builder: str = DEFAULT_ARM64_BUILDER  # "emulated": x86 CodeBuild under QEMU; "native": ARM_CONTAINER
+    arm64_builder: str = DEFAULT_ARM64_BUILDER  # "cross": x86 CodeBuild, cross-compiled; "native": ARM_CONTAINER
+    debian_mirror: str = DEFAULT_DEBIAN_MIRROR  # where the image roots come from; signatures checked, so any mirror
 
 
 def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> DeployOptions:
@@ -78,6 +80,7 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             warm_pool=_count(raw["warmPool"], "warmPool") if "warmPool" in raw else None,
             image_build_args=_build_args(raw.get("imageBuildArgs")),
             arm64_builder=_choice(raw.get("arm64Builder", DEFAULT_ARM64_BUILDER), "arm64Builder", ARM64_BUILDERS),
+            debian_mirror=_mirror(raw.get("debianMirror")),
         )
     except _Bad as bad:
         raise DeployOptionError(f"{bad.option} (from {where.get(bad.option, 'default')}): {bad}") from None
@@ -203,6 +206,20 @@ def _off_hours(value: Any) -> tuple[int, int] | None:
     if stop == start:
         raise _Bad("offHours", f"{value!r}: stop and start at the same hour would fight; e.g. -c offHours=20-8")
     return stop, start
+
+
+def _mirror(value: Any) -> str:
+    """A Debian mirror's archive URL; http is fine: the build checks the release's signatures, not the transport."""
+    if value in (None, ""):
+        return DEFAULT_DEBIAN_MIRROR
+    url = str(value).strip().rstrip("/")
+    if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%+-]+)*", url):
+        raise _Bad(
+            "debianMirror",
+            f"{url!r} is not a mirror URL; write e.g. -c debianMirror={DEFAULT_DEBIAN_MIRROR} (http:// or https://, "
+            "the directory that holds dists/ and pool/)",
+        )
+    return url
 
 
 def _build_args(value: Any) -> dict[str, str]:

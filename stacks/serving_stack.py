@@ -9,7 +9,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from catalog import ServingProfile
-from catalog.images import DEFAULT_ARM64_BUILDER
+from catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
 from fleetmetrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
@@ -37,6 +37,7 @@ class ServingStack(Stack):
         certificate_arn: str | None = None,
         image_build_args: dict[str, str] | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
+        debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
@@ -56,7 +57,12 @@ class ServingStack(Stack):
         cache = ModelCache(self, "ModelCache", access_logs=access_logs.bucket)
         api_key = ApiKey(self, "ApiKey")
         image = ImageBuild(
-            self, "Image", target=profile.image, build_args=image_build_args, arm64_builder=arm64_builder
+            self,
+            "Image",
+            target=profile.image,
+            build_args=image_build_args,
+            arm64_builder=arm64_builder,
+            debian_mirror=debian_mirror,
         )
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY

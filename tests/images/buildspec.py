@@ -2,13 +2,15 @@
 
 The source asset and the staged-sources asset are the directories `cdk synth` wrote (the CLI zips exactly
 these), the environment is the project's, and the commands are the buildspec's `build` phase. Only what needs
-AWS differs: no ECR (REPOSITORY_NAME empty: nothing is pushed, "exists" means a local image) and a Debian root
-bootstrapped from Debian's mirror stands in for the Amazon Linux 2023 repositories.
+AWS or China differs: no ECR (REPOSITORY_NAME empty: nothing is pushed, "exists" means a local image) and the
+Debian mirror is one this machine reaches (TEST_DEBIAN_MIRROR); the roots, their pinned keyring and debootstrap,
+the scripts and their arguments are the ones CodeBuild gets.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.images.engine import engine_env
+
+# The deploy's default mirror is inside mainland China; this machine reaches Debian's own.
+TEST_DEBIAN_MIRROR = os.environ.get("GGUF_SERVE_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def run_buildspec(inputs: BuildInputs, workdir: Path, *, stage: str = "all", log
         "CODEBUILD_SRC_DIR_sources": str(inputs.sources),
         "REPOSITORY_URI": inputs.local_repository,
         "REPOSITORY_NAME": "",
-        "ROOTFS_FLAVOR": "debian",
+        "DEBIAN_MIRROR": TEST_DEBIAN_MIRROR,
         "STAGE": stage,
     }
     started = time.monotonic()

@@ -52,3 +52,27 @@ def ensure_engine() -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"dockerd did not start; see {CACHE / 'dockerd.log'}")
         time.sleep(1)
+
+
+def ensure_arm64_emulation() -> None:
+    """Run (never build) arm64 images here: Debian's qemu-user-static registered with binfmt_misc.
+
+    Only the opt-in arm64 tier calls it, after the image is built: the build itself needs no emulator.
+    """
+    if Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        return
+    if not Path("/usr/bin/qemu-aarch64-static").exists():
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "qemu-user-static", "binfmt-support"],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=900,
+        )
+    if not Path("/proc/sys/fs/binfmt_misc/register").exists():
+        subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", "/proc/sys/fs/binfmt_misc"], check=True)
+    subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], check=False, capture_output=True)
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        raise RuntimeError("qemu-aarch64 is not registered with binfmt_misc (update-binfmts --enable qemu-aarch64)")

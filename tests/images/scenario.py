@@ -32,8 +32,10 @@ def _health(url: str) -> int | None:
 
 def run_as_the_instance_does(
     image: str, gemma_gguf: Path, tmp_path: Path, *, target: str = "x86-64-cpu", load_timeout: float = 180
-) -> None:
-    """fetch, then serve and the hop as the units do; /health 503 then 200, a chat, histograms, HEALTHCHECK, stop."""
+) -> str:
+    """fetch, then serve and the hop as the units do; /health 503 then 200, a chat, histograms, HEALTHCHECK, stop.
+
+    Returns the server container's log (llama-server's system info, the backend it loaded)."""
     from openai import OpenAI
 
     from catalog import local_profile
@@ -132,5 +134,7 @@ def run_as_the_instance_does(
         assert stopped_in < 10, f"docker stop took {stopped_in:.1f} s: SIGTERM was not handled"
         assert state["ExitCode"] in (0, 143), state
         assert not state["OOMKilled"]
+        out = docker("logs", name, check=False)
+        return out.stdout + out.stderr
     finally:
         docker("rm", "-f", name, f"{name}-hop", check=False)

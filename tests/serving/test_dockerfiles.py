@@ -53,18 +53,33 @@ def test_no_syntax_directive_and_an_ignore_file_each(dockerfile):
 @pytest.mark.parametrize("dockerfile", BASES, ids=lambda p: p.name)
 def test_base_image_contract(dockerfile):
     text = dockerfile.read_text()
-    assert len(re.findall(r"^FROM ", text, re.M)) == 2, "a build stage and a runtime stage"
-    assert re.search(r"^FROM \$\{BUILD_IMAGE\} AS build$", text, re.M), "roots come from build args (mirrors)"
-    assert re.search(r"^FROM \$\{RUNTIME_IMAGE\} AS runtime$", text, re.M)
+    stages = re.findall(r"^FROM \$\{(\w+)\} AS (\w+)$", text, re.M)
+    assert stages == [
+        ("BUILD_IMAGE", "build"),
+        ("RUNTIME_IMAGE", "root"),
+        ("BUILD_IMAGE", "check"),
+        ("RUNTIME_IMAGE", "runtime"),
+    ], "roots come from build args (mirrors); the runtime stage is last and takes only what the check passed"
+    assert len(re.findall(r"^FROM ", text, re.M)) == 4
+    runtime = text[text.index("AS runtime") :]
+    assert re.findall(r"^COPY .*$", runtime, re.M) == ["COPY --from=check /out/ /"]
+    assert not re.search(r"^RUN ", runtime, re.M), "no RUN in the image's architecture: no emulator needed"
+    check = text[text.index("AS check") : text.index("AS runtime")]
+    assert "selfcheck /check --elf /usr/local/bin/llama-server" in check
+    assert '--version-contains "(build ${LLAMA_CPP_BUILD}, commit ${LLAMA_CPP_COMMIT})"' in check
     assert "/out/usr/local/bin/llama-server" in text
     assert "-DLLAMA_USE_PREBUILT_UI=OFF" in text, "no download from Hugging Face during the build"
     assert "--staged /sources" in text, "the llama.cpp source comes from the staged asset"
 
 
 def test_application_layer_contract():
-    text = (DOCKER / APP_DOCKERFILE).read_text()
-    assert re.search(r"^FROM \$\{LLAMA_BASE\}$", text, re.M)
+    full = (DOCKER / APP_DOCKERFILE).read_text()
+    assert re.search(r"^FROM \$\{LLAMA_BASE\} AS image$", full, re.M)
+    text, check = full[: full.index("AS check")], full[full.index("AS check") :]
     assert not re.search(r"^RUN ", text, re.M), "no RUN: builds for any architecture without emulation"
+    assert re.search(r"^FROM \$\{CHECK_IMAGE\} AS check$", full, re.M) and "COPY --from=image / /check/" in check
+    for package in ("launcher", "modelfetch", "fleetmetrics", "latencyproxy"):
+        assert f"--import {package}.cli" in check, f"the build fails if {package} does not import"
     assert 'ENTRYPOINT ["python3", "-m", "launcher"]' in text
     assert re.search(r'^HEALTHCHECK .*CMD \["python3", "-m", "launcher", "health"\]$', text, re.M)
     users = re.findall(r"^USER (\S+)$", text, re.M)
@@ -99,10 +114,12 @@ def test_llama_cpp_source_is_the_one_the_local_build_uses():
 def test_target_tuning():
     arm = (DOCKER / "arm64-cpu.Dockerfile").read_text()
     assert "ARG GGML_CPU_ARM_ARCH=armv9-a+i8mm+bf16+fp16" in arm and "-DGGML_NATIVE=OFF" in arm
+    assert "-DCMAKE_SYSTEM_PROCESSOR=aarch64" in arm and "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++" in arm
     x86 = (DOCKER / "x86-64-cpu.Dockerfile").read_text()
     assert "-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON" in x86 and "sapphirerapids" in x86
     cuda = (DOCKER / "cuda.Dockerfile").read_text()
     assert "ARG CUDA_ARCHITECTURES=86" in cuda and "-DGGML_CUDA=ON" in cuda
+    assert "--allow-missing libcuda.so.1" in cuda, "the driver's library is the only one the image may lack"
 
 
 def test_dockerignore_lets_in_what_the_dockerfiles_copy():

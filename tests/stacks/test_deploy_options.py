@@ -102,7 +102,7 @@ def test_iam_server_certificate_gives_https(synthesized):
         ("imageBuildArgs", "PIP_INDEX_URL=https://x --network=host", "no spaces"),
         ("imageBuildArgs", "1BAD=x", "not a build-arg name"),
         ("account", "12345", "12-digit"),
-        ("arm64Builder", "fast", "use one of emulated, native"),
+        ("arm64Builder", "fast", "use one of cross, native"),
     ],
 )
 def test_bad_option_fails_at_synth_with_what_to_change(option, value, says, tmp_path):

@@ -92,8 +92,6 @@ def build_app(
             # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
             cdk.Annotations.of(stack).add_error(refusal)
-        elif model in resolution.unchecked:
-            cdk.Annotations.of(stack).add_warning_v2("gguf-serve:typed-sha256", resolution.unchecked[model])
     return app
 
 

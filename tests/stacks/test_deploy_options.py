@@ -165,14 +165,13 @@ class TestTheRealCli:
         )
 
     def test_synth_with_spot_passes_cdk_nag(self, tmp_path):
-        # Every stack, GpuMtpStack too: with a test-data lock in which the 27B is pinned (tests/catalog/stand_in.py);
-        # the committed lock leaves it unpinned, which the CLI refuses (tests/stacks/test_unpinned_model.py).
+        # Every stack, GpuMtpStack too: with the tests' lock, in which synth's lookup pinned the 27B from localscope
+        # (tests/catalog/stand_in.py), and no lookup of the typed 35B (tests/stacks/test_first_synth_lock.py).
         from tests.catalog.stand_in import stand_in_lock
 
         lock = stand_in_lock(tmp_path)
-        out = self._cdk(
-            tmp_path, "synth", "-c", "spot=true", "-c", f"modelLock={lock}", "--quiet", "-o", str(tmp_path / "cdk.out")
-        )
+        args = ("-c", "spot=true", "-c", f"modelLock={lock}", "-c", "modelLookup=false")
+        out = self._cdk(tmp_path, "synth", *args, "--quiet", "-o", str(tmp_path / "cdk.out"))
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
     def test_a_bad_option_fails_synth_in_one_line(self, tmp_path):

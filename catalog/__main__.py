@@ -80,7 +80,8 @@ def _check(root: Path, lock_file: Path | None) -> int:
               f"{p.server.parallel} x {p.server.ctx_per_slot} ctx, {p.threads} threads")  # fmt: skip
         print(f"  memory {need:.1f} of {capacity:.1f} GiB of {where}; boot budget {p.boot_budget_s // 60} min")
         if p.stack_name and deploy_refusal(p):
-            print(f"  NOT DEPLOYABLE: {p.model.name} has no pinned sha256; run `python -m catalog lock {p.model.name}`")
+            print(f"  NOT DEPLOYABLE: {p.model.name} has no pinned sha256; `cdk synth` locks it where ModelScope is "
+                  f"reachable, or run `python -m catalog lock {p.model.name}`")  # fmt: skip
     print(f"{len(catalog.profiles)} profiles valid ({catalog.root}, {catalog.lock_file})")
     return 0
 

@@ -341,8 +341,8 @@ def deploy_refusal(p: ServingProfile) -> str | None:
         return None
     return (
         f"{p.stack_name or p.name}: model {p.model.name} ({p.model.repo}/{p.model.file}) has no pinned sha256, so an "
-        f"instance could not tell its bytes from any others; run `python -m catalog lock {p.model.name}` with access "
-        "to ModelScope and commit profiles/models.lock.toml, then deploy"
+        f"instance could not tell its bytes from any others; `cdk synth` locks it where ModelScope is reachable, or "
+        f"run `python -m catalog lock {p.model.name}` with access to ModelScope; commit profiles/models.lock.toml"
     )
 
 

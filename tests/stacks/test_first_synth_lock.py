@@ -84,7 +84,6 @@ def test_a_typed_entry_that_agrees_is_upgraded_and_one_that_disagrees_refuses(tm
 
 def test_synth_opens_no_socket_when_every_model_is_listing_locked(tmp_path: Path, monkeypatch):
     from catalog.lookup import resolve_locks
-
     from rehearsal import tiny_mtp
 
     lock = _lock_copy(tmp_path, drop="Qwen3.6-35B-A3B")
@@ -132,6 +131,7 @@ def _cdk(tmp_path: Path, clone: Path, *args: str, hub: str) -> subprocess.Comple
                           text=True, timeout=300)  # fmt: skip
 
 
+@pytest.mark.slow  # four CLI synths, about 40 s each here
 class TestTheRealCli:
     def test_a_clone_without_a_lock_locks_on_first_synth_and_goes_on(self, tmp_path: Path):
         clone = _clone(tmp_path)

@@ -1,8 +1,9 @@
-"""The range of every number a profile file can set, inclusive; the loader refuses the rest with
-`file: table.key: what is wrong, what is allowed`. A field missing here is a test failure (tests/catalog)."""
+"""The range of every number a profile file can set, inclusive, and the shape of its strings; the loader refuses
+the rest with `file: table.key: what is wrong; allowed: ...`. A number missing here fails a test (tests/catalog)."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import Any
 
@@ -66,8 +67,45 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
 }
 
 
+def _ipv4_network(text: str) -> bool:
+    try:
+        ipaddress.IPv4Network(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+# Strings with a shape: (test, what is allowed).
+FORMATS: dict[type, dict[str, tuple[Any, str]]] = {
+    ServerSettings: {"host": (_ip, "an IP address to listen on, e.g. 0.0.0.0")},
+    Speculative: {"spec_type": (lambda t: t == "draft-mtp", "'draft-mtp' (the model's own MTP head)")},
+    FleetSettings: {
+        "vpc_cidr": (lambda t: _ipv4_network(t) and 16 <= ipaddress.IPv4Network(t).prefixlen <= 24,
+                     "an IPv4 network from /16 to /24, e.g. 10.40.0.0/16"),
+        "allowed_cidrs": (_ipv4_network, "IPv4 networks, e.g. 10.8.0.0/16"),
+    },
+    ModelArtifact: {
+        "repo": (lambda t: t.count("/") == 1 and all(t.split("/")), "a ModelScope repo, owner/name"),
+        "file": (lambda t: bool(t) and not t.startswith("/") and ".." not in t.split("/"), "a path in the repo"),
+    },
+}  # fmt: skip
+
+
 def check(cls: type, name: str, value: Any, where: str) -> None:
-    """Refuse a number (or each number of a tuple) outside the field's range."""
+    """Refuse a number (or each number of a tuple) outside the field's range, or a string of the wrong shape."""
+    test, allowed = FORMATS.get(cls, {}).get(name, (None, ""))
+    if test is not None:
+        for text in value if isinstance(value, tuple) else (value,):
+            if isinstance(text, str) and not test(text):
+                raise ProfileError(f"{where}.{name}: {text!r} is not allowed; allowed: {allowed}")
     low, high, unit = RANGES.get(cls, {}).get(name, (None, None, ""))
     if low is None or value is None or isinstance(value, bool | str):
         return

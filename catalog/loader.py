@@ -203,6 +203,8 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
         where = _where(path, name)
         declared = {"revision": "master", **_table(table, where)}
         _only(declared, _DECLARED_MODEL, where)
+        for key in ("repo", "file"):  # before the lock is compared with them: a bad one is refused as itself
+            limits.check(ModelArtifact, key, declared.get(key), where)
         lock = locks.get(name)
         if lock is None:
             continue  # declared, not locked yet: a profile that uses it is refused with what to run

@@ -125,6 +125,12 @@ BLOCKS_35B = "embedding_length = 2048\nblock_count = 41"
          r"graviton-moe.toml: fleet.min_capacity: 5 is more than max_capacity \(4\); allowed: 0 to max_capacity"),
         ("models.toml", "active_params_b = 3\n", "active_params_b = 36\n",
          r'models.toml: "Qwen3.6-35B-A3B".active_params_b: 36 is more than total_params_b \(35\); allowed: at most'),
+        (GRAVITON, "[server]", '[fleet]\nvpc_cidr = "10.40.0.0/33"\n[server]',
+         r"graviton-moe.toml: fleet.vpc_cidr: '10.40.0.0/33' is not allowed; allowed: an IPv4 network from /16 to /24"),
+        ("serving/gpu-mtp.toml", 'spec_type = "draft-mtp"', 'spec_type = "draft-mpt"',
+         r"gpu-mtp.toml: server.speculative.spec_type: 'draft-mpt' is not allowed; allowed: 'draft-mtp'"),
+        ("models.toml", 'repo = "unsloth/Qwen3.6-27B-MTP-GGUF"', 'repo = "Qwen3.6-27B-MTP-GGUF"',
+         r'models.toml: "Qwen3.6-27B".repo: \'Qwen3.6-27B-MTP-GGUF\' is not allowed; allowed: a ModelScope repo'),
     ],
 )  # fmt: skip
 def test_a_value_out_of_range_says_file_key_what_is_wrong_and_what_is_allowed(

@@ -1,4 +1,5 @@
-"""A Docker engine for the image tier: Debian's docker.io and debootstrap, installed and started when missing.
+"""A Docker engine for the image tier: Debian's docker.io, installed and started when missing, and the few tools
+docker/bootstrap-base.sh needs on a builder (the same ones CodeBuild's image has; debootstrap itself is staged).
 
 CI is a clean clone on a fresh machine, as root, with no engine; this is what findings.md verified there:
 `dockerd --iptables=false` with overlay2. The engine is left running and its images (the bootstrapped roots,
@@ -26,9 +27,8 @@ def engine_env() -> dict[str, str]:
 
 
 def ensure_engine() -> None:
-    missing = [
-        p for p, exe in (("docker.io", DOCKER), ("debootstrap", "/usr/sbin/debootstrap")) if not Path(exe).exists()
-    ]
+    tools = {"docker.io": DOCKER, "wget": "wget", "binutils": "ar", "xz-utils": "xz", "gpgv": "gpgv", "perl": "perl"}
+    missing = [p for p, exe in tools.items() if not shutil.which(exe, path="/usr/bin:/bin:/usr/sbin")]
     if missing:
         if os.geteuid() != 0:
             raise RuntimeError(f"the image tier needs {', '.join(missing)} (apt-get install) and root")

@@ -79,6 +79,9 @@ def ami(plan: DeployPlan, client: Clients) -> Iterator[Result]:
                 f"{image_id} is {image['Architecture']}, {s.instance_type} is {s.architecture}",
                 "fix the instance's ami, or that [ami.*] table's ssm_parameter, in profiles/hardware.toml",
             )
+        elif not s.root_volume_gib:
+            yield Result(name, Status.OK, f"{image_id}: snapshot {snapshot} GiB; the volume is planned once the model "
+                         "is locked")  # fmt: skip
         elif snapshot > s.root_volume_gib:
             yield Result(
                 name,

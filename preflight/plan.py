@@ -27,7 +27,7 @@ class StackPlan:
     instance_type: str
     architecture: str  # arm64 | x86_64, as DescribeImages reports it
     ami_parameter: str
-    root_volume_gib: int
+    root_volume_gib: int  # 0: not planned yet (the model has no lock entry)
     zones: tuple[str, ...]
     vcpus: dict[str, int]  # create / update / scale_out
     quota_code: str
@@ -59,12 +59,18 @@ def deploy_plan(
     app = build_app(ctx, config_file=config_file, stack_names=stack_names or list(stacks), refusals=refusals)
     assembly = app.synth()
     plans = []
+    unplanned = []
+    images: dict[str, tuple[tuple[str, str, str], ...]] = {}  # image target -> its CodeBuild environments
     for stack in app.node.children:
         name = getattr(stack, "stack_name", None)
         profile = getattr(stack, "profile", None)  # as deployed: deploy options applied
-        if name is None or profile is None:  # no profile: a model without any lock entry, refused only
+        if name is None:
+            continue
+        if profile is None:  # a model without any lock entry: no profile to plan a volume from
+            unplanned.append(name)
             continue
         template = assembly.get_stack_by_name(name).template
+        images[profile.image.name] = tuple(_build_images(template))
         plans.append(
             StackPlan(
                 stack_name=name,
@@ -80,7 +86,46 @@ def deploy_plan(
                 bootstrap_version=_bootstrap_version(template),
             )
         )
+    plans += [_unlocked_plan(name, options, ctx, images) for name in unplanned]
     return DeployPlan(region=options.region, stacks=tuple(plans), refused=tuple(sorted(refusals.items())))
+
+
+def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: dict[str, Any]) -> StackPlan:
+    """What a stack whose model has no lock entry needs of the account, from its profile file without the model:
+    instance, AMI, zones and vCPUs, and its image build if another planned stack builds the same image target; the
+    volume is unknown (root_volume_gib 0) until the model is locked."""
+    import tomllib
+    from dataclasses import fields
+
+    from catalog.fleet import FleetSettings
+    from catalog.loader import load_hardware
+
+    path = next(p for p in sorted((PROFILES_DIR / "serving").glob("*.toml"))
+                if tomllib.loads(p.read_text()).get("stack") == stack_name)  # fmt: skip
+    doc = tomllib.loads(path.read_text())
+    hw = load_hardware(PROFILES_DIR / "hardware.toml")[doc["instance_type"]]
+    known = {f.name for f in fields(FleetSettings)}
+    fleet = FleetSettings(**{k: v for k, v in doc.get("fleet", {}).items() if k in known and not isinstance(v, list)})
+    spot = options.spot and not hw.has_gpu
+    warm = 0 if spot else fleet.warm_pool_size if options.warm_pool is None else options.warm_pool
+    zones = (ctx.get("pinned-availability-zones") or {}).get(options.region, [])[: fleet.max_azs]
+    return StackPlan(
+        stack_name=stack_name,
+        instance_type=hw.instance_type,
+        architecture=hw.architecture.value,
+        ami_parameter=hw.ami_ssm_parameter,
+        root_volume_gib=0,
+        zones=tuple(sorted(zones)),
+        vcpus={
+            "create": (fleet.min_capacity + warm) * hw.vcpus,
+            "update": (fleet.min_capacity + warm + fleet.rolling_batch) * hw.vcpus,
+            "scale_out": (fleet.max_capacity + warm) * hw.vcpus,
+        },
+        quota_code=_quota_code(hw.has_gpu, spot),
+        build_images=images.get(doc.get("image", ""), ()),
+        endpoint_services=(),
+        bootstrap_version=0,
+    )
 
 
 def _quota_code(gpu: bool, spot: bool) -> str:

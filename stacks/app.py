@@ -72,6 +72,7 @@ def build_app(
             # No lock entry at all, so nothing to plan from: an empty stack carries the refusal, so that
             # `cdk deploy <it>` says why while the other stacks synthesize and deploy.
             stack: cdk.Stack = cdk.Stack(app, stack_name, env=env)
+            cdk.CfnWaitConditionHandle(stack, "ModelNotLocked")  # a template needs one resource to be valid
         else:
             stack = ServingStack(
                 app,

@@ -288,12 +288,18 @@ def test_plan_reads_deploy_options(tmp_path):
     assert intel.zones == ("cn-northwest-1a", "cn-northwest-1b")
 
 
-def test_a_refused_stack_is_one_blocker_and_still_checked_for_what_the_account_needs(monkeypatch, tmp_path):
-    """The committed lock leaves the 27B unpinned and the hub is down: the CLI refuses GpuMtpStack; the pre-flight
-    says so in one BLOCKER line and still checks its AMI, zones, G quota and image sources."""
+@pytest.mark.parametrize("entry", ["typed", "none"])
+def test_a_refused_stack_is_one_blocker_and_still_checked_for_what_the_account_needs(monkeypatch, tmp_path, entry):
+    """The hub is down and the 27B has a typed entry without sha256 (the committed lock), or no entry at all: the
+    CLI refuses GpuMtpStack; the pre-flight says so in one BLOCKER line and still checks its AMI, zones, G quota
+    and image sources (without an entry there is no model to plan the volume from, and its image build is checked
+    only through another selected stack of the same image target)."""
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the lookup fails at once
-    lock = {"modelLock": str(_committed_lock_copy())}
+    lock = {"modelLock": str(_committed_lock_copy(drop="Qwen3.6-27B" if entry == "none" else None))}
     plan = deploy_plan(["GravitonMoeStack", "GpuMtpStack"], context=lock, config_file=tmp_path / "absent.toml")
+    (gpu,) = [s for s in plan.stacks if s.stack_name == "GpuMtpStack"]
+    assert bool(gpu.build_images) == (entry == "typed") and gpu.zones == ("cn-northwest-1a", "cn-northwest-1b")
+    assert (gpu.root_volume_gib == 0) == (entry == "none") and gpu.vcpus["update"] == 12
     assert sorted(s.stack_name for s in plan.stacks) == ["GpuMtpStack", "GravitonMoeStack"]
     ((name, why),) = plan.refused
     assert name == "GpuMtpStack" and "python -m catalog lock Qwen3.6-27B" in why and "127.0.0.1:9" in why
@@ -306,15 +312,17 @@ def test_a_refused_stack_is_one_blocker_and_still_checked_for_what_the_account_n
     assert any(r.check.startswith("vCPU quota") and G_AND_VT_ON_DEMAND in r.check for r in results)
 
 
-def _committed_lock_copy():
-    import shutil
+def _committed_lock_copy(drop: str | None = None):
     import tempfile
     from pathlib import Path
 
+    from catalog.lockfile import read_lock, render_lock
     from tests.conftest import ROOT
 
+    entries = read_lock(ROOT / "profiles" / "models.lock.toml")
+    entries.pop(drop or "", None)
     lock = Path(tempfile.mkdtemp(prefix="lock-")) / "models.lock.toml"
-    shutil.copyfile(ROOT / "profiles" / "models.lock.toml", lock)
+    lock.write_text(render_lock(entries))
     return lock
 
 

@@ -86,6 +86,8 @@ def build_app(
                 env=env,
             )
         why = resolution.refused.get(model)
+        if not why and profile is None:
+            why = f"model {model} has no entry in {lock_file}; run `python -m catalog lock {model}`"
         refusal = f"{stack_name}: {why}" if why else deploy_refusal(profile) if profile else None
         if refusal and refusals is not None:
             refusals[stack_name] = refusal

@@ -121,11 +121,13 @@ def _tiny_mtp(tmp_path: Path) -> Path:
 TINY_REPO, TINY_FILE = "unsloth/Qwen3.6-27B-MTP-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"  # the 27B's place
 
 
+@pytest.mark.slow  # writing and reading 600,000 keys: about 20 s here
 def test_a_failed_lock_writes_nothing(profiles: Path, tmp_path: Path):
-    """A header without block_count: the command fails in one line and the lock file is byte-identical."""
+    """The issue's file: a valid GGUF with 600,000 keys and no block_count. The command fails in one line and the
+    lock file is byte-identical."""
     before = (profiles / "models.lock.toml").read_bytes()
     with LocalScope() as hub:
-        hub.add_file(TINY_REPO, TINY_FILE, _headless_gguf(tmp_path / "headless.gguf"))
+        hub.add_file(TINY_REPO, TINY_FILE, _headless_gguf(tmp_path / "headless.gguf", keys=600_000))
         out = lock_command(profiles, "Qwen3.6-27B", hub.url)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.count("\n") == 1 and "block_count" in out.stderr, out.stderr
@@ -173,3 +175,15 @@ def test_the_lock_records_the_host_that_served_the_bytes(tmp_path: Path):
         served = sum(r.get("sent", 0) for r in storage.stats.downloads())
     assert entry.endpoint == hub.url and entry.served_by == storage.url.replace("http://127.0.0.1", "localhost")
     assert served == entry.header_bytes_read > 0 and not hub.stats.downloads()
+
+
+def test_a_redirect_to_a_host_that_is_down_ends_in_one_line(tmp_path: Path):
+    from catalog.lock import HubUnreachable
+    from localscope.server import Faults
+
+    with LocalScope(faults=Faults(redirect_to="http://127.0.0.1:9")) as hub:
+        hub.add_file(TINY_REPO, TINY_FILE, _tiny_mtp(tmp_path))
+        with pytest.raises(HubUnreachable) as refused:
+            lock_model("Qwen3.6-27B", repo=TINY_REPO, file=TINY_FILE, endpoint=hub.url)
+    message = str(refused.value)
+    assert "\n" not in message and "is unreachable" in message and "Connection refused" in message

@@ -66,22 +66,27 @@ def build_inputs(assembly_dir: Path, stack_name: str) -> BuildInputs:
     )
 
 
+def build_env(inputs: BuildInputs, src: Path, stage: str) -> dict[str, str]:
+    """The project's variables with what differs here on top: what CodeBuild itself sets (the source folders, STAGE
+    from the custom resource), no ECR, and the mirror. Nothing else the build reads differs."""
+    return {
+        **inputs.env,
+        "CODEBUILD_SRC_DIR": str(src),
+        "CODEBUILD_SRC_DIR_sources": str(inputs.sources),
+        "STAGE": stage,
+        "REPOSITORY_URI": inputs.local_repository,
+        "REPOSITORY_NAME": "",
+        "DEBIAN_MIRROR": TEST_DEBIAN_MIRROR,
+    }
+
+
 def run_buildspec(inputs: BuildInputs, workdir: Path, *, stage: str = "all", log: Path | None = None) -> float:
     """Unpack the source asset as CodeBuild does and run the build phase; returns the seconds it took."""
     src = workdir / "src"
     if src.exists():
         shutil.rmtree(src)
     shutil.copytree(inputs.context, src, symlinks=True)
-    env = {
-        **engine_env(),
-        **inputs.env,
-        "CODEBUILD_SRC_DIR": str(src),
-        "CODEBUILD_SRC_DIR_sources": str(inputs.sources),
-        "REPOSITORY_URI": inputs.local_repository,
-        "REPOSITORY_NAME": "",
-        "DEBIAN_MIRROR": TEST_DEBIAN_MIRROR,
-        "STAGE": stage,
-    }
+    env = {**engine_env(), **build_env(inputs, src, stage)}
     started = time.monotonic()
     with (log or workdir / "build.log").open("a") as out:
         for command in inputs.commands:

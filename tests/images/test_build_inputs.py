@@ -37,7 +37,7 @@ from stacks.image_build import (
     pinned_sources,
 )
 from tests.conftest import ROOT, cdk_context
-from tests.images.buildspec import build_inputs
+from tests.images.buildspec import build_env, build_inputs
 
 STACKS = [p.stack_name for p in PROFILES.values()]
 X86 = IMAGE_TARGETS["x86-64-cpu"]
@@ -457,3 +457,15 @@ def test_the_debian_mirror_option_reaches_every_build_from_the_cli_context():
         assert variables["DEBIAN_MIRROR"] == "http://mirrors.ustc.edu.cn/debian", stack
     with pytest.raises(ProfileError, match=r"debianMirror \(from -c\): 'mirror' is not a mirror URL"):
         build_app({**cdk_context(), "debianMirror": "mirror"})
+
+
+def test_the_image_tier_runs_the_projects_build_with_only_the_mirror_and_ecr_differing(image_assembly, tmp_path):
+    """Same script, same arguments: the tier changes no variable the project sets except these."""
+    for stack in STACKS:
+        inputs = build_inputs(image_assembly, stack)
+        env = build_env(inputs, tmp_path, "base")
+        changed = {k for k, v in inputs.env.items() if env[k] != v}
+        assert changed <= {"REPOSITORY_URI", "REPOSITORY_NAME", "DEBIAN_MIRROR", "STAGE"}, changed
+        # CodeBuild's own, and the repository (a CloudFormation reference in the project, not a plain value)
+        added = {"CODEBUILD_SRC_DIR", "CODEBUILD_SRC_DIR_sources", "REPOSITORY_URI", "REPOSITORY_NAME"}
+        assert set(env) - set(inputs.env) <= added

@@ -20,7 +20,7 @@ demo: prereqs $(STAMP) node_modules/.installed llama-server
 	$(PY) -m launcher.local
 
 ## test: set up everything, then run every test tier (the x86-64 image is built and run in Docker)
-test: prereqs $(STAMP) $(CHECKOV_STAMP) node_modules/.installed llama-server image-sources
+test: prereqs $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources llama-server
 	$(PY) -m pytest
 
 ## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server, no Docker)

@@ -39,8 +39,13 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "building llama-server from llama-cpp-python==$version (first run only, 5-10 min on 2 cores)" >&2
 "$python" "$root/launcher/cpu.py" describe >&2
-"$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
 sdist="$work/llama_cpp_python-$version.tar.gz"
+staged="$cache_root/image-sources/llama_cpp_python-$version.tar.gz" # `make image-sources` may have it already
+if echo "$sha256  $staged" | sha256sum -c --quiet - >/dev/null 2>&1; then
+  cp "$staged" "$sdist"
+else
+  "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
+fi
 echo "$sha256  $sdist" | sha256sum -c --quiet - >&2 || { echo "sha256 of $sdist is not $sha256" >&2; exit 1; }
 tar -xzf "$sdist" -C "$work"
 src="$work/llama_cpp_python-$version/vendor/llama.cpp"

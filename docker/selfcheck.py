@@ -17,11 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 TRIPLETS = {"AArch64": "aarch64-linux-gnu", "Advanced Micro Devices X86-64": "x86_64-linux-gnu"}
+# Found on the builder's PATH: the runs inside the root get the root's own PATH.
+CHROOT = shutil.which("chroot", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") or "chroot"
 
 
 def readelf(path: Path, flag: str) -> str:
@@ -108,7 +111,7 @@ class Root:
 
     def runs_here(self) -> bool:
         try:
-            return subprocess.run(["chroot", str(self.root), "/usr/bin/true"], capture_output=True).returncode == 0
+            return subprocess.run([CHROOT, str(self.root), "/usr/bin/true"], capture_output=True).returncode == 0
         except OSError:
             return False
 
@@ -152,21 +155,19 @@ def main() -> int:
             (root.root / stubs.lstrip("/") / soname).write_bytes(Path(source).read_bytes())
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": args.pythonpath}
         env["LD_LIBRARY_PATH"] = stubs if args.stub else ""
-        ldd = subprocess.run(["chroot", str(root.root), "ldd", server], capture_output=True, text=True, env=env)
+        ldd = subprocess.run([CHROOT, str(root.root), "ldd", server], capture_output=True, text=True, env=env)
         for line in ldd.stdout.splitlines():
             if "not found" in line and line.split()[0] not in allow:
                 problems.append(f"ldd {server}: {line.strip()}")
         if ldd.returncode != 0:
             problems.append(f"ldd {server} exited {ldd.returncode}: {ldd.stderr.strip()}")
         if args.version_contains:
-            out = subprocess.run(
-                ["chroot", str(root.root), server, "--version"], capture_output=True, text=True, env=env
-            )
+            out = subprocess.run([CHROOT, str(root.root), server, "--version"], capture_output=True, text=True, env=env)
             text = out.stdout + out.stderr
             print(text.strip())
             if out.returncode != 0 or args.version_contains not in text:
                 problems.append(f"{server} --version exited {out.returncode} without {args.version_contains!r}")
-        python = ["chroot", str(root.root), "python3"]
+        python = [CHROOT, str(root.root), "python3"]
     else:
         print("selfcheck: the root's code does not run on this builder: ELF files are checked statically only")
         env = {"PYTHONPATH": ":".join(str(root.root) + p for p in args.pythonpath.split(":") if p)}

@@ -92,6 +92,10 @@ else
     esac | tar -C "$root" --keep-directory-symlink -xf -
   done <"$root/debootstrap/debpaths"
   rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb
+  # Run inside a container (CodeBuild, this machine), debootstrap links proc to the host's /proc; an image needs
+  # the directory (runc refuses to mount proc on a symlink: BuildKit's RUN, and Docker on the instances).
+  if [[ -L "$root/proc" ]]; then rm "$root/proc"; fi
+  install -d -m 0555 "$root/proc"
   # What base-passwd's maintainer script would write, then the serving user.
   cp "$root/usr/share/base-passwd/passwd.master" "$root/etc/passwd"
   cp "$root/usr/share/base-passwd/group.master" "$root/etc/group"

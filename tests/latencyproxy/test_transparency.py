@@ -24,16 +24,9 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE = [
-    "unit/test_basic.py",
-    "unit/test_security.py",
-    "unit/test_tokenize.py",
-    "unit/test_stream.py",
-    "unit/test_ctx_shift.py",
-    "unit/test_chat_completion.py",
-]
+SUITE = ["unit/test_basic.py", "unit/test_security.py", "unit/test_tokenize.py"]
 DESELECT = "not multiple_addresses"
-MIN_PASSED = 20  # below this the comparison says little
+MIN_PASSED = 10  # below this the comparison says little
 
 
 def _pin() -> tuple[str, str]:
@@ -88,7 +81,7 @@ def _run(suite_dir: Path, binary: Path, model: Path, *, through_hop: bool) -> di
     env.pop("PORT", None)
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--junitxml", str(xml),
-         "-k", DESELECT, *SUITE], cwd=suite_dir, env=env, timeout=900, capture_output=True, text=True,
+         "-k", DESELECT, *SUITE], cwd=suite_dir, env=env, timeout=600, capture_output=True, text=True,
     )  # fmt: skip
     outcomes = {}
     for case in ET.parse(xml).getroot().iter("testcase"):  # noqa: S314 - the junit file pytest just wrote

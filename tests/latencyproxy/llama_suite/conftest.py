@@ -32,6 +32,7 @@ def _local(preset):
         server = preset()
         server.model_hf_repo = server.model_hf_file = None
         server.model_file = MODEL
+        server.n_predict = min(server.n_predict or 8, 8)  # a bounded run on 2 cores; the same both ways
         return server
 
     return staticmethod(make)

@@ -64,7 +64,7 @@ def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         members = [m for m in tar.getmembers() if prefix in m.name and (m.isfile() or m.isdir())]
         tar.extractall(work, members=members, filter="data")
     (tests,) = [p for p in work.glob("*/" + prefix.rstrip("/"))]
-    shutil.copy(Path(__file__).parent / "llama_suite" / "conftest.py", tests / "conftest.py")
+    shutil.copy(Path(__file__).parent / "llama_suite_conftest.py", tests / "conftest.py")
     return tests
 
 

@@ -1,4 +1,4 @@
-"""Replaces the conftest.py of llama.cpp's server tests (tools/server/tests, from the pinned sdist) when
+"""Copied over the conftest.py of llama.cpp's server tests (tools/server/tests, from the pinned sdist) when
 tests/latencyproxy/test_transparency.py runs them: no model downloads (Hugging Face is out of reach), the
 presets point at the local GGUF in GGUF_SERVE_MODEL, and with GGUF_SERVE_THROUGH_HOP=1 every server the tests
 start is reached through the hop: llama-server on a free port, the hop on the port the test talks to."""

@@ -356,7 +356,8 @@ def print_chaos(r: ChaosResult, a: argparse.Namespace) -> None:
           f"p99 {1000 * pct(r.health_s, 0.99):.1f} ms, max {1000 * max(r.health_s, default=0):.1f} ms, "
           f"{r.health_failed} without a 200 within 1 s")  # fmt: skip
     print(f"  hop RSS: peak {r.hop_peak_rss_mib:.1f} MiB, at the end {r.hop_end_rss_mib:.1f} MiB")
-    print(f"  idle connections still open at the end: {r.idle_held} of {a.idle} (half sent half a head: cut at 10 s)")
+    print(f"  idle connections held by this client: {r.idle_held} of {a.idle} (the hop answers the half-sent "
+          "heads 408 after 10 s; this client does not read them)")  # fmt: skip
     print(f"  keyless bodies: {'; '.join(r.bodies)}")
 
 

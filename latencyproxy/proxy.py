@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -50,6 +51,8 @@ MAX_KEPT_BODY = 8 * 1024 * 1024  # a non-streamed answer is read for its timings
 MAX_METRICS_BODY = 16 * 1024 * 1024
 DRAIN_ON_REFUSAL = 1024 * 1024  # a refused request's body up to this is read and dropped to keep the connection
 READ_SIZE = 65536
+_HEAD_END = re.compile(rb"\r?\n\r?\n")  # where h11 ends a request head (it accepts bare LF line ends too)
+_LINE_END = re.compile(rb"\r?\n")
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HEALTH_ALIVE_S = 10.0  # upstream bytes this recent stand for a /health that llama-server did not answer in time
 
@@ -287,6 +290,9 @@ class _Connection:
         """The next request head: idle_timeout_s for its first byte, then header_timeout_s for all of it."""
         deadline = None
         while True:
+            if self.h11.their_state is h11.IDLE and _repeated_length(self.h11.trailing_data[0]):
+                await self._refuse_unparsed(400, "bad request: more than one Content-Length")
+                raise _ClientGone("repeated Content-Length")
             event = self.h11.next_event()
             if event is h11.NEED_DATA:
                 if deadline is None and self.h11.trailing_data[0]:
@@ -334,6 +340,18 @@ class _Connection:
         headers = [(b"connection", b"close")] if close else []
         with contextlib.suppress(_ClientGone, h11.LocalProtocolError):
             await self._reply(status, error_body(status, message, kind), extra=[*headers, *extra])
+
+    async def _refuse_unparsed(self, status: int, message: str) -> None:
+        """An error answer to a head h11 has not parsed (so it cannot frame it), then close after a linger."""
+        body = error_body(status, message, "invalid_request_error")
+        reason = {400: b"Bad Request"}.get(status, b"Error")
+        self.writer.write(
+            b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
+            % (status, reason, len(body), body)
+        )
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
+        await self._linger()
 
     async def _drain_body(self, limit: int) -> bool:
         """Read and drop the request body up to `limit` bytes; True when it ended there."""
@@ -430,6 +448,19 @@ class _Connection:
         if body:
             await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
+
+
+def _repeated_length(buffered: bytes) -> bool:
+    """More than one Content-Length field in the complete request head at the start of `buffered`.
+
+    h11 collapses equal values into one (RFC 9112 6.3 (5) allows it) and refuses unequal ones; the hop refuses
+    both: a repeated length is what a smuggling attempt sends, and no legitimate client does.
+    """
+    end = _HEAD_END.search(buffered)
+    if end is None:
+        return False
+    fields = _LINE_END.split(buffered[: end.start()])[1:]
+    return sum(1 for f in fields if f.partition(b":")[0].lower() == b"content-length") > 1
 
 
 def _forwarded_headers(server: ProxyServer, request: h11.Request, chunked: bool) -> list[tuple[bytes, bytes]]:

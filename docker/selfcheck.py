@@ -148,6 +148,8 @@ def main() -> int:
 
     server = "/usr/local/bin/llama-server"
     if root.runs_here():
+        # The chroot has no /proc, where the loader reads $ORIGIN from: LD_ORIGIN_PATH says it (glibc's fallback).
+        server = root.show(root.inside(Path(server))) if root.inside(Path(server)).is_file() else server
         stubs = "/selfcheck-stubs"  # inside ROOT, never in the image: the check stage is thrown away
         for stub in args.stub:
             soname, source = stub.split("=", 1)
@@ -155,6 +157,7 @@ def main() -> int:
             (root.root / stubs.lstrip("/") / soname).write_bytes(Path(source).read_bytes())
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": args.pythonpath}
         env["LD_LIBRARY_PATH"] = stubs if args.stub else ""
+        env["LD_ORIGIN_PATH"] = str(Path(server).parent)
         ldd = subprocess.run([CHROOT, str(root.root), "ldd", server], capture_output=True, text=True, env=env)
         for line in ldd.stdout.splitlines():
             if "not found" in line and line.split()[0] not in allow:

@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             results["image"].append(complete(image_port, key, args.n_predict))
             results["native"].append(complete(native_port, key, args.n_predict))
-        logs = docker("logs", name, check=False)
-        variants = re.findall(r"loaded CPU backend from (\S+)", logs.stdout + logs.stderr)
+        # The CPU variant ggml loaded: the libggml-cpu-*.so mapped into the server process.
+        maps = docker("exec", name, "sh", "-c", "cat /proc/$(pidof llama-server)/maps", check=False).stdout
+        variants = sorted(set(re.findall(r"libggml-cpu-[a-z0-9_]+\.so", maps)))
     finally:
         native.terminate()
         native.wait(timeout=30)

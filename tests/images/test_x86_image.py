@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import re
 import tarfile
 from pathlib import Path
 
@@ -92,8 +91,4 @@ def test_llama_server_in_the_image_is_the_pinned_build(x86):
 
 
 def test_fetch_then_serve_as_the_instance_does(x86, gemma_gguf, tmp_path):
-    logs = run_as_the_instance_does(x86.image, gemma_gguf, tmp_path)
-    # Which of the 14 CPU backends this machine's CPU got (the best one it supports).
-    loaded = re.findall(r"load_backend: loaded CPU backend from (\S+)", logs)
-    (REPORT / "cpu-backend-x86-64-cpu.txt").write_text("\n".join(loaded) + "\n")
-    assert loaded and all(path.startswith("/opt/llama.cpp/libggml-cpu-") for path in loaded), logs[-3000:]
+    run_as_the_instance_does(x86.image, gemma_gguf, tmp_path)

@@ -47,7 +47,8 @@ def x86(engine, image_assembly: Path, tmp_path_factory) -> BuildInputs:
         )
     )
     log = (work / "build.log").read_text()
-    assert "selfcheck: ok" in log, "both layers ran their self-check"
+    built = log.count("build-image: building ")  # a layer whose tag exists is not built again
+    assert log.count("selfcheck: ok") >= built, "every layer built ran its self-check"
     return inputs
 
 

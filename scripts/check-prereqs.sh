@@ -25,6 +25,7 @@ need c++ build-essential
 need cc build-essential
 need make build-essential
 need tar tar
+need curl curl # make image-sources: debootstrap from the Debian mirror
 need sha256sum coreutils
 
 if ((${#missing[@]})); then

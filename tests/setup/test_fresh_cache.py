@@ -107,7 +107,7 @@ def test_a_missing_prerequisite_fails_first_with_the_package_named(fresh, tmp_pa
     # A PATH that has everything the commands need but cmake.
     shadow = tmp_path / "bin"
     shadow.mkdir()
-    for name in ("node", "npm", "c++", "cc", "make", "tar", "sha256sum", "bash", "env", "git", "sed", "head"):
+    for name in ("node", "npm", "c++", "cc", "make", "tar", "sha256sum", "curl", "bash", "env", "git", "sed", "head"):
         found = shutil.which(name, path=env["PATH"])
         if found:
             (shadow / name).symlink_to(found)

@@ -57,8 +57,9 @@ def test_hop_fronts_the_server_and_prometheus_scrapes_the_hop_with_the_key():
 
 def test_the_default_image_is_the_one_gpu_check_builds():
     script = (compose.COMPOSE_FILE.parent.parent / "scripts" / "gpu-check.sh").read_text()
-    repo, tag = compose.DEFAULT_IMAGE.split(":")
-    assert f"IMAGE_TAG={tag}" in script and f"REPOSITORY_URI={repo}" in script
+    # gpu-check builds the CUDA image under its content tag, then names it what the workstation runs by default.
+    assert 'IMAGE_TAG="$image_tag"' in script and 'image="gguf-serve-test/cuda:$image_tag"' in script
+    assert f'docker tag "$image" {compose.DEFAULT_IMAGE}' in script
     assert f"${{GGUF_SERVE_IMAGE:-{compose.DEFAULT_IMAGE}}}" in TEXT
 
 

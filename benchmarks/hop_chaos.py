@@ -374,9 +374,12 @@ def main() -> int:
     ap.add_argument("--body-send-mib", type=int, help="bytes of it sent (default: all)")
     ap.add_argument("--max-body-mib", type=int, default=64, help="the hop's body cap (its default: 64)")
     ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--skip-chaos", action="store_true", help="only the overhead part")
     a = ap.parse_args()
     if not a.skip_overhead:
         overhead(a)
+    if a.skip_chaos:
+        return 0
     declared = int(a.body_gib * GIB)
     send = declared if a.body_send_mib is None else a.body_send_mib * MIB
     r = run_chaos(a.parallel, streams=a.streams, idle=a.idle, bodies=a.bodies, body_declared=declared,

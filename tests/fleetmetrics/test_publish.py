@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from fleetmetrics import names
-from fleetmetrics.derive import Datum
+from fleetmetrics.derive import HOP_IN_FLIGHT, HOP_SHED, Datum
 from fleetmetrics.publish import Publisher, metric_data
 from fleetmetrics.scrape import ApiKeySource
 from tests.fleetmetrics.conftest import GROUP, INSTANCE, datapoints, dimension_sets, metrics_text
@@ -61,21 +61,28 @@ def test_metric_data_doubles_each_datum_at_group_and_instance_level():
         metric_data([Datum("A", 1, "Count")] * 501, group="g", instance_id="i-1", timestamp=ts)
 
 
+def hop_lines(shed: int, in_flight: int) -> str:
+    """The admission families the hop appends to llama-server's /metrics (latencyproxy/names.py)."""
+    return (f"# TYPE {HOP_SHED} counter\n{HOP_SHED} {shed}\n"
+            f"# TYPE {HOP_IN_FLIGHT} gauge\n{HOP_IN_FLIGHT} {in_flight}\n")  # fmt: skip
+
+
 def test_two_scrapes_publish_every_metric_with_both_dimension_sets(fake_server, cloudwatch, monkeypatch):
     clock = Clock()
     pub = publisher(fake_server, cloudwatch, monkeypatch, clock)
     fake_server.metrics = metrics_text(
         requests_processing=1, tokens_predicted_total=100, prompt_tokens_total=10,
         spec_decode_num_draft_tokens_total=100, spec_decode_num_accepted_tokens_total=80,
-    )  # fmt: skip
+    ) + hop_lines(shed=2, in_flight=1)  # fmt: skip
     first = {d.name for d in pub.step()}
-    assert first == {names.REQUESTS_PROCESSING, names.REQUESTS_DEFERRED, names.SLOTS_BUSY_RATIO, names.SCRAPE_FAILED}
+    assert first == {names.REQUESTS_PROCESSING, names.REQUESTS_DEFERRED, names.SLOTS_BUSY_RATIO, names.SCRAPE_FAILED,
+                     names.HOP_REQUESTS_IN_FLIGHT}  # fmt: skip
 
     clock.now += 30
     fake_server.metrics = metrics_text(
         requests_processing=3, requests_deferred=2, tokens_predicted_total=700, prompt_tokens_total=310,
         spec_decode_num_draft_tokens_total=300, spec_decode_num_accepted_tokens_total=230,
-    )  # fmt: skip
+    ) + hop_lines(shed=7, in_flight=5)  # fmt: skip
     pub.step()
 
     assert published(cloudwatch) == set(names.ALL_METRICS)
@@ -89,6 +96,8 @@ def test_two_scrapes_publish_every_metric_with_both_dimension_sets(fake_server, 
         names.REQUESTS_DEFERRED: (0.0, 2.0, 2, "Count"),
         names.SLOTS_BUSY_RATIO: (25.0, 75.0, 2, "Percent"),  # of the 4 slots /props reports
         names.SCRAPE_FAILED: (0.0, 0.0, 2, "Count"),
+        names.HOP_REQUESTS_IN_FLIGHT: (1.0, 5.0, 2, "Count"),  # the hop's gauge, from both scrapes
+        names.REQUESTS_SHED: (5.0, 5.0, 1, "Count"),  # 429s between the scrapes: the counter went 2 -> 7
     }
     assert set(expect) == set(names.ALL_METRICS)
     for metric, (low, high, count, unit) in expect.items():

@@ -365,10 +365,20 @@ def test_native_arm64_builder_where_the_region_offers_it(staged_sources):
 
 def test_staging_and_synth_without_any_emulator_give_a_deployable_graviton_stack(staged_sources, tmp_path):
     """A deploy machine without qemu-aarch64-static (macOS, WSL, arm64 Linux) stages and synthesizes every stack."""
-    path = os.pathsep.join(
-        d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "qemu-aarch64-static").exists()
-    )
-    assert shutil.which("qemu-aarch64-static", path=path) is None
+    # A PATH with every command but the emulators: a folder that holds qemu-* is replaced by a copy of it
+    # (symlinks) without them, so that bash, curl and the rest are still found (qemu-user-static is in /usr/bin).
+    dirs = []
+    for i, d in enumerate(os.environ["PATH"].split(os.pathsep)):
+        if d and (Path(d) / "qemu-aarch64-static").exists():
+            shadow = tmp_path / f"path{i}"
+            shadow.mkdir()
+            for entry in Path(d).iterdir():
+                if not entry.name.startswith("qemu-"):
+                    (shadow / entry.name).symlink_to(entry)
+            d = str(shadow)
+        dirs.append(d)
+    path = os.pathsep.join(dirs)
+    assert shutil.which("qemu-aarch64-static", path=path) is None and shutil.which("bash", path=path)
     cache = tmp_path / "cache"
     shutil.copytree(staged_sources, cache / "image-sources")  # no download: staging finds its pins in place
     (cache / "image-sources" / "qemu").mkdir()  # what an older staging left behind

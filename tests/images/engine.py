@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.apt import apt_install
+
 DOCKER = "/usr/bin/docker"  # Debian's client, which speaks to Debian's engine (another may be first on PATH)
 CACHE = Path(os.environ.get("LLAMA_SERVER_CACHE") or Path.home() / ".cache" / "gguf-serve")
 
@@ -32,11 +34,7 @@ def ensure_engine() -> None:
     if missing:
         if os.geteuid() != 0:
             raise RuntimeError(f"the image tier needs {', '.join(missing)} (apt-get install) and root")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", *missing], check=True, env=env, capture_output=True, timeout=900
-        )
+        apt_install(*missing)
     if docker("info", check=False, timeout=30).returncode == 0:
         return
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -62,15 +60,7 @@ def ensure_arm64_emulation() -> None:
     if Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
         return
     if not Path("/usr/bin/qemu-aarch64-static").exists():
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "qemu-user-static", "binfmt-support"],
-            check=True,
-            env=env,
-            capture_output=True,
-            timeout=900,
-        )
+        apt_install("qemu-user-static", "binfmt-support")
     if not Path("/proc/sys/fs/binfmt_misc/register").exists():
         subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", "/proc/sys/fs/binfmt_misc"], check=True)
     subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], check=False, capture_output=True)

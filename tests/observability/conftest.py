@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.apt import apt_install
 
 ROOT = Path(__file__).resolve().parents[2]
 OBSERVABILITY = ROOT / "observability"
@@ -16,15 +17,7 @@ OBSERVABILITY = ROOT / "observability"
 def _install_prometheus() -> None:
     if os.geteuid() != 0:
         raise RuntimeError("this tier needs promtool and prometheus: apt-get install prometheus (or run as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=900,
-    )
+    apt_install("prometheus", recommends=False)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ class FleetSettings:
     nat_gateways: int = 1  # one is enough for a download at boot; use max_azs for AZ-independent egress
     target_busy_slot_ratio: float = 0.7  # target tracking on llama.cpp's busy slots, not CPU (always 100% busy)
     deferred_scale_out: int = 1  # queued requests (llamacpp:requests_deferred) that add an instance at once
+    shed_scale_out_many: int = 30  # requests the hop answered 429 in a minute, group-wide, that add two instances
     deferred_alarm: int = 4  # queued requests, sustained 5 minutes, that page someone
     warm_pool_size: int = 1  # stopped instances that already hold the verified model
     rolling_batch: int = 1  # instances a rolling update launches beside the running ones

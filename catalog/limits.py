@@ -59,6 +59,7 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "nat_gateways": (0, 6, "NAT gateways"),
         "target_busy_slot_ratio": (0.05, 1.0, "of the slots"),
         "deferred_scale_out": (1, 1000, "queued requests"),
+        "shed_scale_out_many": (2, 100000, "requests answered 429 in a minute"),
         "deferred_alarm": (1, 1000, "queued requests"),
         "warm_pool_size": (0, 100, "instances"),
         "rolling_batch": (1, 100, "instances"),

@@ -11,8 +11,6 @@ from constructs import Construct
 from catalog import ServingProfile
 from fleetmetrics import names
 
-SHED_MANY_PER_MINUTE = 30  # requests answered 429 across the group in a minute that add two instances at once
-
 
 def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:
     return cloudwatch.Metric(
@@ -59,7 +57,7 @@ class FleetScaling(Construct):
             scaling_steps=[
                 autoscaling.ScalingInterval(upper=0, change=0),
                 autoscaling.ScalingInterval(lower=1, change=1),
-                autoscaling.ScalingInterval(lower=SHED_MANY_PER_MINUTE, change=2),
+                autoscaling.ScalingInterval(lower=fleet.shed_scale_out_many, change=2),
             ],
             adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
             evaluation_periods=1,

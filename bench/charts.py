@@ -104,7 +104,9 @@ def cost_chart(results: Results, path: Path, *, utilization: float = 1.0) -> Pat
     if not best:
         return None
     prefix = family_prefix(results)
-    costs = [cost.ri_cost(m.instance_type, m.effective_tok_s, utilization) for m in best]
+    costs = [
+        cost.ri_cost(m.instance_type, m.effective_tok_s, utilization, hardware=results.catalog.hardware) for m in best
+    ]
     labels = [f"{m.instance_type}\n{short_model(m, prefix)}\nMTP {on_off(m.mtp)}" for m in best]
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(best))]
     fig, axes = plt.subplots(1, 3, figsize=(10, 4))

@@ -14,6 +14,7 @@ from typing import Any
 
 from bench import cost, method, recommend, results, runner, tables
 from bench.endpoint import make_client, resolve_api_key, resolve_label, served_model
+from catalog import load_catalog
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 DEFAULT_PROFILE = "local-graviton-moe"
@@ -140,7 +141,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     from openai import __version__ as openai_version
 
     log = runner.stderr_log
-    label = resolve_label(a.profile)
+    catalog = load_catalog()
+    label = resolve_label(a.profile, catalog)
     if label.model is None:
         log(f"note: profile {a.profile!r} is not in the catalog; labelling instance and hardware 'unknown'")
     client = make_client(
@@ -164,7 +166,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         "instance_type": label.instance_type,
         "hardware": label.hardware,
         "model": model,
-        "moe": results.is_moe(model),
+        "moe": results.is_moe(model, catalog),
         "mtp": bool(label.mtp),
         "served_model": served,
         "endpoint": a.endpoint,
@@ -321,7 +323,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             runs.append(smoke.from_json(doc, str(path)))
         else:
             figures.append(path)
-    res = results.load(figures)
+    res = results.load(figures, catalog=load_catalog())
     text = tables.report(res, utilization=a.utilization)
     if runs:
         text += "\n## The consumer-GPU guide's check (`bench smoke`)\n\n" + "\n".join(smoke.comparison(runs)) + "\n"
@@ -341,10 +343,12 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_cost(a: argparse.Namespace) -> int:
     if (a.instance is None) != (a.tok_s is None):
         raise SystemExit("give --instance and --tok-s together")
+    catalog = load_catalog()
+    hardware = catalog.hardware
     if a.instance:
         entries = [(a.instance, a.tok_s, "given")]
     else:
-        res = results.load(a.files)
+        res = results.load(a.files, catalog=catalog)
         prefix = tables.family_prefix(res)
         entries = [
             (m.instance_type, m.effective_tok_s, f"{tables.short_model(m, prefix)}, MTP {tables.on_off(m.mtp)}")
@@ -352,7 +356,10 @@ def cmd_cost(a: argparse.Namespace) -> int:
         ]
     costs = []
     for instance, tok_s, config in entries:
-        for c in (cost.ri_cost(instance, tok_s, a.utilization), cost.on_demand_cost(instance, tok_s, a.utilization)):
+        for c in (
+            cost.ri_cost(instance, tok_s, a.utilization, hardware=hardware),
+            cost.on_demand_cost(instance, tok_s, a.utilization, hardware=hardware),
+        ):
             if c is not None:
                 costs.append((config, c))
     if a.json:
@@ -385,7 +392,7 @@ def cmd_cost(a: argparse.Namespace) -> int:
 
 
 def cmd_recommend(a: argparse.Namespace) -> int:
-    figures = results.load(a.figures)
+    figures = results.load(a.figures, catalog=load_catalog())
     if a.gpu_quota is None:
         if a.json:
             raise SystemExit("--json needs an answer: --gpu-quota or --no-gpu-quota")

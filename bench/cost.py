@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog import HARDWARE, Hardware
+from catalog import Hardware
 
 MONTHS_PER_YEAR = 12
 TOKEN_MONTH_S = 30 * 86400
@@ -39,14 +39,15 @@ def cny_per_million(tok_s: float, monthly_cny: float, utilization: float = 1.0) 
     return monthly_cny / (tok_s * utilization * TOKEN_MONTH_S / 1e6)
 
 
-def hardware(instance_type: str) -> Hardware:
-    if instance_type not in HARDWARE:
-        raise ValueError(f"no price for {instance_type!r}: the catalog knows {', '.join(sorted(HARDWARE))}")
-    return HARDWARE[instance_type]
+def _lookup(instance_type: str, table: dict[str, Hardware]) -> Hardware:
+    if instance_type not in table:
+        raise ValueError(f"no price for {instance_type!r}: the catalog knows {', '.join(sorted(table))}")
+    return table[instance_type]
 
 
-def ri_cost(instance_type: str, tok_s: float, utilization: float = 1.0) -> Cost:
-    hw = hardware(instance_type)
+def ri_cost(instance_type: str, tok_s: float, utilization: float = 1.0, *, hardware: dict[str, Hardware]) -> Cost:
+    """hardware: the catalog's instance types (Catalog.hardware), where the price comes from."""
+    hw = _lookup(instance_type, hardware)
     if hw.ri_1yr_all_upfront_cny is None:
         raise ValueError(f"the catalog has no 1-year RI price for {instance_type}")
     monthly = hw.ri_1yr_all_upfront_cny / MONTHS_PER_YEAR
@@ -62,9 +63,11 @@ def ri_cost(instance_type: str, tok_s: float, utilization: float = 1.0) -> Cost:
     )
 
 
-def on_demand_cost(instance_type: str, tok_s: float, utilization: float = 1.0) -> Cost | None:
+def on_demand_cost(
+    instance_type: str, tok_s: float, utilization: float = 1.0, *, hardware: dict[str, Hardware]
+) -> Cost | None:
     """None when the catalog has no on-demand price; always an estimate (no Ningxia on-demand price is known)."""
-    hw = hardware(instance_type)
+    hw = _lookup(instance_type, hardware)
     if hw.on_demand_cny_per_hour is None:
         return None
     monthly = hw.on_demand_cny_per_hour * ON_DEMAND_HOURS_PER_MONTH

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.method import REQUEST_TIMEOUT_S
-from catalog import PROFILES, ServingProfile, local_profile
+from catalog import Catalog, ServingProfile
+from catalog.local import local_profile
 
 API_KEY_ENV = "LLAMA_API_KEY"  # the variable llama-server itself reads
 _KEY_FIELDS = ("api_key", "apiKey", "API_KEY", "key", "LLAMA_API_KEY")
@@ -91,11 +92,11 @@ class Label:
     mtp: bool | None  # None: infer from the server's timings
 
 
-def resolve_label(profile: str) -> Label:
+def resolve_label(profile: str, catalog: Catalog) -> Label:
     """Label a run from the catalog: a profile name, or `local-<profile>` for the local runner's variant."""
-    p: ServingProfile | None = PROFILES.get(profile)
-    if p is None and profile.startswith("local-") and profile.removeprefix("local-") in PROFILES:
-        p = local_profile(profile.removeprefix("local-"))
+    p: ServingProfile | None = catalog.profiles.get(profile)
+    if p is None and profile.startswith("local-") and profile.removeprefix("local-") in catalog.profiles:
+        p = local_profile(catalog, profile.removeprefix("local-"))
     if p is None:
         return Label(profile=profile, instance_type="unknown", hardware="unknown", model=None, mtp=None)
     from bench.results import hardware_label

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from bench import cost
 from bench.results import Results
-from catalog import HARDWARE, PROFILES, ServingProfile
+from catalog import ServingProfile
 
 PRIORITIES = ("cost", "headroom")
 
@@ -47,7 +47,7 @@ def _ri_per_million(figures: Results, p: ServingProfile, utilization: float) -> 
     tok_s = _measured(figures, p)
     if tok_s is None or p.hardware.ri_1yr_all_upfront_cny is None:
         return float("inf")
-    return cost.ri_cost(p.hardware.instance_type, tok_s, utilization).cny_per_million
+    return cost.ri_cost(p.hardware.instance_type, tok_s, utilization, hardware=figures.catalog.hardware).cny_per_million
 
 
 def _for_profile(
@@ -67,16 +67,16 @@ def _for_profile(
         tok_s_low=tok_s,
         tok_s_high=tok_s,
         tok_s_source=source,
-        costs=[cost.ri_cost(p.hardware.instance_type, tok_s, utilization)],
+        costs=[cost.ri_cost(p.hardware.instance_type, tok_s, utilization, hardware=figures.catalog.hardware)],
     )
 
 
-def _larger_sibling(p: ServingProfile) -> str | None:
+def _larger_sibling(p: ServingProfile, figures: Results) -> str | None:
     """The next larger instance of the same CPU family in the catalog (c8g.4xlarge -> c8g.8xlarge)."""
     family = p.hardware.instance_type.split(".")[0]
     bigger = [
         hw
-        for hw in HARDWARE.values()
+        for hw in figures.catalog.hardware.values()
         if hw.instance_type.split(".")[0] == family and hw.cpu == p.hardware.cpu and hw.vcpus > p.hardware.vcpus
     ]
     return min(bigger, key=lambda hw: hw.vcpus).instance_type if bigger else None
@@ -87,8 +87,9 @@ def recommend(
 ) -> Recommendation:
     if priority not in PRIORITIES:
         raise ValueError(f"priority must be one of {PRIORITIES}")
-    gpu = [p for p in PROFILES.values() if p.hardware.has_gpu and _measured(figures, p)]
-    cpu = [p for p in PROFILES.values() if not p.hardware.has_gpu and _measured(figures, p)]
+    profiles = figures.catalog.profiles.values()
+    gpu = [p for p in profiles if p.hardware.has_gpu and _measured(figures, p)]
+    cpu = [p for p in profiles if not p.hardware.has_gpu and _measured(figures, p)]
     if gpu_quota and gpu:
         best = max(gpu, key=lambda p: _measured(figures, p) or 0.0)
         return _for_profile([("GPU quota?", "yes")], best, figures, utilization, f"{source}, measured")
@@ -106,14 +107,14 @@ def recommend(
 def _headroom(
     path: list[tuple[str, str]], base: ServingProfile, figures: Results, utilization: float, source: str
 ) -> Recommendation:
-    target = _larger_sibling(base)
+    target = _larger_sibling(base, figures)
     if target is None:
         raise ValueError(f"the catalog has no larger instance than {base.hardware.instance_type} in its family")
     model, mtp = base.model.name, base.mtp
     stack = next(
         (
             p.stack_name
-            for p in PROFILES.values()
+            for p in figures.catalog.profiles.values()
             if (p.hardware.instance_type, p.model.name, p.mtp) == (target, model, mtp)
         ),
         None,
@@ -128,9 +129,10 @@ def _headroom(
         tok_source = f"{source}: {estimate.note}"
     else:
         raise ValueError(f"the figures have neither a measurement nor an estimate for {target} + {model}")
-    costs = [cost.ri_cost(target, low, utilization)]
+    hardware = figures.catalog.hardware
+    costs = [cost.ri_cost(target, low, utilization, hardware=hardware)]
     if high != low:
-        costs.append(cost.ri_cost(target, high, utilization))
+        costs.append(cost.ri_cost(target, high, utilization, hardware=hardware))
     notes = []
     if stack is None:
         notes += [

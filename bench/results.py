@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from catalog import MODELS, Hardware
+from catalog import Catalog, Hardware
 
 SCHEMA = "qwen36-bench/1"
 COLLECTION_SCHEMA = "qwen36-bench-collection/1"
@@ -49,6 +49,7 @@ class Estimate:
 
 @dataclass
 class Results:
+    catalog: Catalog  # where instance types, prices, models and profiles come from (catalog.load_catalog)
     measurements: list[Measurement] = field(default_factory=list)
     concurrency: list[dict[str, Any]] = field(default_factory=list)  # concurrency documents as written
     sequential: list[dict[str, Any]] = field(default_factory=list)  # measured run documents as written (not published)
@@ -74,15 +75,15 @@ def hardware_label(hw: Hardware) -> str:
     return hw.cpu
 
 
-def is_moe(model: str, fallback: bool = False) -> bool:
-    artifact = MODELS.get(model)
+def is_moe(model: str, catalog: Catalog, fallback: bool = False) -> bool:
+    artifact = catalog.models.get(model)
     return artifact.is_moe if artifact else fallback
 
 
-def load(paths: Iterable[str | Path] = ()) -> Results:
-    """Read results files (the field report's figures when none are given)."""
+def load(paths: Iterable[str | Path] = (), *, catalog: Catalog) -> Results:
+    """Read results files (the field report's figures when none are given), labelled from `catalog`."""
     paths = list(paths) or [FIELD_REPORT]
-    out = Results()
+    out = Results(catalog)
     for path in paths:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         try:
@@ -126,7 +127,7 @@ def _add_run(out: Results, doc: dict[str, Any], where: str) -> None:
             instance_type=doc["instance_type"],
             hardware=doc["hardware"],
             model=doc["model"],
-            moe=is_moe(doc["model"], doc.get("moe", False)),
+            moe=is_moe(doc["model"], out.catalog, doc.get("moe", False)),
             mtp=bool(doc["mtp"]),
             total_time_s=float(s["total_time_s"]),
             effective_tok_s=float(s["effective_tok_s"]),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from bench import cost
 from bench.results import Measurement, Results
 from bench.runner import harness_generation_rate
-from catalog import HARDWARE, Architecture
+from catalog import Architecture
 
 TOK_S_ROUNDING = 0.005  # the report prints tok/s with two decimals
 NONE = "—"
@@ -138,7 +138,7 @@ def _cpu_instances(results: Results) -> tuple[Measurement | None, Measurement | 
     """The first measured ARM CPU-only and x86 CPU-only instances (the report's Graviton4/Intel ratio)."""
     arm = x86 = None
     for m in results.measurements:
-        hw = HARDWARE.get(m.instance_type)
+        hw = results.catalog.hardware.get(m.instance_type)
         if hw is None or hw.has_gpu:
             continue
         if hw.architecture is Architecture.ARM64 and arm is None:
@@ -220,7 +220,7 @@ def best_per_instance(results: Results) -> list[Measurement]:
     """The fastest configuration per priced instance, in order of first appearance (the report's section 8)."""
     best: dict[str, Measurement] = {}
     for m in results.measurements:
-        if m.instance_type in HARDWARE and (
+        if m.instance_type in results.catalog.hardware and (
             m.instance_type not in best or m.effective_tok_s > best[m.instance_type].effective_tok_s
         ):
             best[m.instance_type] = m
@@ -232,8 +232,9 @@ def cost_table(results: Results, *, utilization: float = 1.0) -> str:
     prefix = family_prefix(results)
     rows = []
     for m in best_per_instance(results):
-        ri = cost.ri_cost(m.instance_type, m.effective_tok_s, utilization)
-        od = cost.on_demand_cost(m.instance_type, m.effective_tok_s, utilization)
+        hardware = results.catalog.hardware
+        ri = cost.ri_cost(m.instance_type, m.effective_tok_s, utilization, hardware=hardware)
+        od = cost.on_demand_cost(m.instance_type, m.effective_tok_s, utilization, hardware=hardware)
         yearly = ri.yearly_cny or 0.0
         rows.append(
             [

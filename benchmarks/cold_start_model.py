@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from catalog import PROFILES, ServingProfile  # noqa: E402
+from catalog import ServingProfile, load_catalog  # noqa: E402
 
 MIB = 1024 * 1024
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
@@ -119,7 +119,7 @@ def _unit(name: str, value: float) -> str:
 
 
 def main() -> int:
-    rows = [model(p) for p in PROFILES.values()]
+    rows = [model(p) for p in load_catalog().profiles.values()]
     print("| profile | instance | model | volume writes at | ModelScope fetch | S3 fetch | load from | load | "
           "first instance to /health | scale-out to /health | warm pool to /health |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from catalog import local_profile  # noqa: E402
+from catalog import load_catalog  # noqa: E402
+from catalog.local import local_profile  # noqa: E402
 from launcher.local import cache_dir, llama_server_binary, source_gguf  # noqa: E402
 from launcher.process import PACKAGE_ROOT, ServerProcess, free_port, start_server  # noqa: E402
 
@@ -261,7 +262,7 @@ def serving(parallel: int, *hop_args: str) -> Iterator[tuple[ServerProcess, int,
     """The real llama-server (through the launcher, `parallel` slots) and the hop in its own process."""
     key = secrets.token_hex(16)
     model = source_gguf(cache_dir())
-    profile = local_profile(port=free_port())
+    profile = local_profile(load_catalog(), port=free_port())
     profile = dataclasses.replace(profile, server=dataclasses.replace(profile.server, parallel=parallel))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this client holds the idle connections too

@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from catalog import local_profile  # noqa: E402
+from catalog import load_catalog  # noqa: E402
+from catalog.local import local_profile  # noqa: E402
 from launcher.local import cache_dir, llama_server_binary, source_gguf  # noqa: E402
 from launcher.process import PACKAGE_ROOT, free_port, start_server  # noqa: E402
 
@@ -80,7 +81,7 @@ def main() -> int:
 
     key = secrets.token_urlsafe(16)
     model = source_gguf(cache_dir())
-    profile = local_profile(port=free_port())
+    profile = local_profile(load_catalog(), port=free_port())
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
         hop_port = free_port()

@@ -41,12 +41,3 @@ class Hardware:
     @property
     def gpu_memory_bytes(self) -> int:
         return int(self.gpu_memory_gib * GIB)
-
-
-def __getattr__(name: str) -> object:
-    """HARDWARE: the instance types of profiles/hardware.toml, loaded on first use (catalog.loader)."""
-    if name == "HARDWARE":
-        from catalog.loader import default_catalog
-
-        return default_catalog().hardware
-    raise AttributeError(f"module 'catalog.hardware' has no attribute {name!r}")

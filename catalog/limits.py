@@ -11,7 +11,7 @@ from catalog.errors import ProfileError
 from catalog.fleet import FleetSettings
 from catalog.hardware import Hardware
 from catalog.models import ModelArtifact
-from catalog.server import ALL_LAYERS, MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
+from runtime.server import ALL_LAYERS, MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
 
 # (low, high, unit): a float field accepts any finite number in range; NaN and infinities never pass.
 RANGES: dict[type, dict[str, tuple[float, float, str]]] = {

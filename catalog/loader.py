@@ -19,7 +19,6 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from dataclasses import replace as dataclass_replace
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,12 @@ from catalog import limits, model_facts
 from catalog.errors import ProfileError
 from catalog.fleet import FleetSettings
 from catalog.hardware import Architecture, Hardware
+from catalog.images import IMAGE_TARGETS
 from catalog.lockfile import LockedModel, read_lock
+from catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
 from catalog.models import ModelArtifact
-from catalog.server import ALL_LAYERS, ServerSettings, Speculative
+from catalog.profiles import ServingProfile
+from runtime.server import ALL_LAYERS, ServerSettings, Speculative
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 LOCK_NAME = "models.lock.toml"
@@ -40,25 +42,21 @@ class Catalog:
     hardware: dict[str, Hardware]
     models: dict[str, ModelArtifact]
     locks: dict[str, LockedModel]
-    profiles: dict[str, Any]  # name -> catalog.profiles.ServingProfile
+    profiles: dict[str, ServingProfile]
     root: Path
     lock_file: Path
     workstations: dict[str, Hardware] = field(default_factory=dict)  # [workstation."<card>"]: GPU machines
-    workstation_profiles: dict[str, Any] = field(default_factory=dict)  # profiles/workstation/*.toml; never stacks
+    workstation_profiles: dict[str, ServingProfile] = field(
+        default_factory=dict
+    )  # profiles/workstation/*.toml; never stacks
     unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
 
-    def profile_by_stack(self, stack_name: str) -> Any:
+    def profile_by_stack(self, stack_name: str) -> ServingProfile:
         for p in self.profiles.values():
             if p.stack_name == stack_name:
                 return p
         stacks = [p.stack_name for p in self.profiles.values() if p.stack_name]
         raise ProfileError(f"no profile for stack {stack_name!r}: use one of {stacks}")
-
-
-@cache
-def default_catalog() -> Catalog:
-    """The committed catalog (profiles/ beside the catalog package), loaded once per process."""
-    return load_catalog()
 
 
 def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None, skip_unlocked: bool = False) -> Catalog:
@@ -243,10 +241,7 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
 _PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "server", "fleet"}
 
 
-def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> Any:
-    from catalog.images import IMAGE_TARGETS
-    from catalog.profiles import ServingProfile
-
+def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
     doc = _toml(path)
     name = path.stem
     where = f"{path}"
@@ -312,14 +307,14 @@ def _check_fleet(f: FleetSettings, where: str) -> None:
 _WORKSTATION_PROFILE_KEYS = {"workstation", "model", "image", "description", "host_memory_gib", "server"}
 
 
-def load_workstation_profile(path: Path, *, cards: dict[str, Hardware], models: dict[str, ModelArtifact]) -> Any:
+def load_workstation_profile(
+    path: Path, *, cards: dict[str, Hardware], models: dict[str, ModelArtifact]
+) -> ServingProfile:
     """profiles/workstation/<name>.toml -> a ServingProfile on a [workstation.*] machine, n_cpu_moe resolved.
 
     [server] as in a serving profile, with gpu_layers "all" by default and n_cpu_moe = "auto" (default: the
     fewest blocks whose experts must stay in host RAM for the rest to fit the card), "all" (--cpu-moe) or N.
     """
-    from catalog.images import IMAGE_TARGETS
-    from catalog.profiles import ServingProfile, fit_on, plan_memory, smallest_fit, suggest_card
 
     doc = _toml(path)
     where = f"{path}"

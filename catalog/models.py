@@ -31,17 +31,3 @@ class ModelArtifact:
     @property
     def local_name(self) -> str:
         return self.file.rsplit("/", 1)[-1]
-
-
-# The models themselves are data: profiles/models.toml (declared) and profiles/models.lock.toml (locked facts).
-_BY_CONSTANT = {"QWEN36_35B_A3B": "Qwen3.6-35B-A3B", "QWEN36_27B_MTP": "Qwen3.6-27B", "GEMMA3_270M": "Gemma-3-270M"}
-
-
-def __getattr__(name: str) -> object:
-    """MODELS (and the three constants of earlier releases), loaded from the profile files on first use."""
-    if name == "MODELS" or name in _BY_CONSTANT:
-        from catalog.loader import default_catalog
-
-        models = default_catalog().models
-        return models if name == "MODELS" else models[_BY_CONSTANT[name]]
-    raise AttributeError(f"module 'catalog.models' has no attribute {name!r}")

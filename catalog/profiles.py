@@ -1,14 +1,13 @@
-"""Serving profiles: hardware + model + server settings, validated when built.
+"""The serving profile type: hardware + model + server settings, validated when built.
 
-The profiles themselves are data (profiles/serving/*.toml, loaded by catalog.loader on first use of PROFILES).
+The profiles themselves are data (profiles/serving/*.toml), loaded by catalog.loader; the memory-fit planner is
+catalog.memory and this machine's profile catalog.local. This module loads nothing.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import platform
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -16,11 +15,11 @@ from catalog.errors import ProfileError
 from catalog.fleet import FleetSettings
 from catalog.hardware import GIB, Architecture, Hardware
 from catalog.images import IMAGE_TARGETS, ImageTarget
+from catalog.memory import plan_memory
 from catalog.models import ModelArtifact
-from catalog.runtime import RuntimeModel, RuntimeSpec
-from catalog.server import ALL_LAYERS, MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
+from runtime.server import MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
+from runtime.spec import RuntimeModel, RuntimeSpec
 
-GPU_COMPUTE_RESERVE_GIB = 1.5  # CUDA context and compute buffers beside weights and KV cache
 # PutLifecycleHook HeartbeatTimeout: "from 30 to 7200 seconds" (EC2 Auto Scaling API Reference). The stack's
 # creation signal (CreationPolicy ResourceSignal, up to PT12H) and the health-check grace use the same budget.
 MAX_HOOK_HEARTBEAT_S = 7200
@@ -157,12 +156,13 @@ def build_profile(
     image: str,
     fleet: FleetSettings | None = None,
     description: str = "",
+    hardware: dict[str, Hardware],
+    models: dict[str, ModelArtifact],
 ) -> ServingProfile:
-    """Build a profile from names, failing with what to change when a name is unknown."""
-    from catalog.loader import default_catalog
-
-    hw = _lookup(default_catalog().hardware, instance_type, "instance type")
-    artifact = _lookup(default_catalog().models, model, "model")
+    """Build a profile from names (looked up in a loaded catalog's hardware and models), failing with what to
+    change when a name is unknown."""
+    hw = _lookup(hardware, instance_type, "instance type")
+    artifact = _lookup(models, model, "model")
     target = _lookup(IMAGE_TARGETS, image, "image target")
     return ServingProfile(
         name=name,
@@ -241,91 +241,6 @@ def _plan_text(plan: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in plan.items())
 
 
-def cpu_expert_bytes(model: ModelArtifact, n_cpu_moe: int) -> int:
-    """Bytes of expert weights `--n-cpu-moe n_cpu_moe` keeps in host RAM (ALL_LAYERS: `--cpu-moe`, every block)."""
-    return sum(model.expert_bytes_per_layer[: max(n_cpu_moe, 0)])
-
-
-def plan_memory(model: ModelArtifact, server: ServerSettings, *, reserve_gib: float | None) -> dict[str, float]:
-    """A profile's memory plan in GiB; reserve_gib None: on the GPU (its compute reserve)."""
-    on_gpu = reserve_gib is None
-    cpu_experts = cpu_expert_bytes(model, server.n_cpu_moe) if on_gpu else 0
-    plan = {
-        "weights": (model.size_bytes - cpu_experts) / GIB,
-        "kv_cache": model.kv_bytes_per_token * server.ctx_total / GIB,
-        "recurrent_state": model.recurrent_state_bytes_per_slot * server.parallel / GIB,
-        "prompt_cache": server.cache_ram_mib / 1024,
-        "reserve": GPU_COMPUTE_RESERVE_GIB if reserve_gib is None else reserve_gib,
-    }
-    if cpu_experts:
-        plan["cpu_experts"] = cpu_experts / GIB
-    return plan
-
-
-@dataclass(frozen=True)
-class CardFit:
-    """How a model and server settings sit on one GPU machine (a workstation card, or a GPU instance)."""
-
-    n_cpu_moe: int  # 0: every weight on the GPU; ALL_LAYERS: --cpu-moe
-    gpu_need_gib: float  # weights on the GPU, KV cache, recurrent state, compute reserve
-    host_need_gib: float  # experts kept in host RAM, prompt cache, host reserve
-    gpu_gib: float
-    host_gib: float
-
-    @property
-    def fits(self) -> bool:
-        return self.gpu_need_gib <= self.gpu_gib and self.host_need_gib <= self.host_gib
-
-    @property
-    def flag(self) -> str:
-        if self.n_cpu_moe >= ALL_LAYERS:
-            return "--cpu-moe"
-        return f"--n-cpu-moe {self.n_cpu_moe}" if self.n_cpu_moe else "every layer on the GPU"
-
-
-def fit_on(model: ModelArtifact, server: ServerSettings, hw: Hardware, n_cpu_moe: int | None = None) -> CardFit:
-    """The fit with server.n_cpu_moe (or n_cpu_moe); host RAM holds the CPU-side experts and the prompt cache."""
-    if n_cpu_moe is not None:
-        server = replace(server, n_cpu_moe=n_cpu_moe)
-    plan = plan_memory(model, server, reserve_gib=None)
-    gpu = plan["weights"] + plan["kv_cache"] + plan["recurrent_state"] + plan["reserve"]
-    host = plan.get("cpu_experts", 0.0) + plan["prompt_cache"] + hw.host_reserve_gib
-    return CardFit(server.n_cpu_moe, gpu, host, hw.gpu_memory_gib, hw.memory_gib)
-
-
-def smallest_fit(model: ModelArtifact, server: ServerSettings, hw: Hardware) -> CardFit:
-    """The fit with the fewest blocks' experts on the CPU (0 first, then 1, 2, ... then all). When none fits:
-    the first that fits the GPU (host RAM is what is short), else all experts on the CPU. Fewer experts on the
-    CPU is faster: each CPU block's experts are read from host memory for every token."""
-    blocks = len(model.expert_bytes_per_layer)
-    tried = [fit_on(model, server, hw, 0)]
-    for n in range(1, blocks + 1):
-        if tried[-1].fits:
-            return tried[-1]
-        tried.append(fit_on(model, server, hw, ALL_LAYERS if n == blocks else n))
-    return next((f for f in tried if f.gpu_need_gib <= f.gpu_gib), tried[-1])
-
-
-def suggest_card(model: ModelArtifact, server: ServerSettings, cards: dict[str, Hardware], *, but: str = "") -> str:
-    """Which card size would fit: the smallest that holds the whole model, and a smaller one with n_cpu_moe."""
-    ranked = sorted((hw for name, hw in cards.items() if name != but), key=lambda hw: hw.gpu_memory_gib)
-    whole = next((hw for hw in ranked if fit_on(model, server, hw, 0).fits), None)
-    parts = []
-    if whole is not None:
-        parts.append(f"a {round(whole.gpu_memory_gib)} GB card fits it ({whole.instance_type})")
-    for hw in ranked:
-        fit = smallest_fit(model, server, hw)
-        if fit.n_cpu_moe and fit.fits and (whole is None or hw.gpu_memory_gib < whole.gpu_memory_gib):
-            parts.append(
-                f"{round(hw.gpu_memory_gib)} GB with {fit.flag} ({hw.instance_type}, "
-                f"{fit.host_need_gib:.1f} of {hw.memory_gib:.0f} GiB RAM)"
-            )
-            break
-    if not parts:
-        return "no card in profiles/hardware.toml fits it: lower ctx_per_slot or cache_ram_mib, or pick a smaller model"
-    return ", or ".join(parts)
-
-
 def memory_fit(p: ServingProfile) -> tuple[float, float, str]:
     """GiB needed where the weights live, GiB there, and what that memory is (RAM or the GPU's)."""
     plan = p.memory_plan()
@@ -374,66 +289,3 @@ def _check_memory(p: ServingProfile) -> None:
             f"{p.hardware.instance_type} has {capacity:.1f} GiB of {where}; pick a larger instance, a smaller "
             "model or quantization, or lower ctx_per_slot / parallel / cache_ram_mib"
         )
-
-
-def __getattr__(name: str) -> Any:
-    """PROFILES: every profile of profiles/serving/*.toml, validated, loaded on first use."""
-    if name == "PROFILES":
-        return _profiles()
-    raise AttributeError(f"module 'catalog.profiles' has no attribute {name!r}")
-
-
-def _profiles() -> dict[str, ServingProfile]:
-    from catalog.loader import default_catalog
-
-    return default_catalog().profiles
-
-
-def profile_by_stack(stack_name: str) -> ServingProfile:
-    from catalog.loader import default_catalog
-
-    return default_catalog().profile_by_stack(stack_name)
-
-
-def local_profile(
-    base: str = "graviton-moe", *, model: ModelArtifact | None = None, port: int = 8080
-) -> ServingProfile:
-    """The base profile's server settings scaled to this machine, serving a small model (the embedded default)."""
-    cores = os.cpu_count() or 1
-    arch = Architecture.ARM64 if platform.machine() in ("aarch64", "arm64") else Architecture.X86_64
-    hw = Hardware(
-        instance_type="local",
-        architecture=arch,
-        vcpus=cores,
-        physical_cores=cores,
-        memory_gib=_host_memory_gib(),
-        cpu=platform.processor() or platform.machine(),
-        ami_ssm_parameter="",
-        ami_root_snapshot_gib=0,
-        host_reserve_gib=1.0,
-    )
-    from catalog.models import GEMMA3_270M
-
-    model = model or GEMMA3_270M  # the embedded default
-    src = _profiles()[base]
-    server = replace(src.server, ctx_per_slot=4096, threads=None, cache_ram_mib=256, host="127.0.0.1", port=port)
-    image = next(t for t in IMAGE_TARGETS.values() if t.architecture == arch and t.accelerator is None)
-    return ServingProfile(
-        name=f"local-{base}",
-        stack_name="",
-        hardware=hw,
-        model=model,
-        server=server,
-        image=image,
-        fleet=FleetSettings(min_capacity=1, max_capacity=1),
-        description=f"{src.name} settings on this machine with {model.name}",
-    )
-
-
-def _host_memory_gib() -> float:
-    try:
-        with open("/proc/meminfo") as f:
-            kib = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
-        return kib / 1024 / 1024
-    except (OSError, StopIteration, ValueError):
-        return 8.0

@@ -8,7 +8,7 @@ ARG CHECK_IMAGE=gguf-serve-root/runtime:amd64
 FROM ${LLAMA_BASE} AS image
 # Unpacked from the staged wheels (docker/requirements-image.txt) by docker/build-image.sh.
 COPY site /opt/gguf-serve/site
-COPY catalog /opt/gguf-serve/catalog
+COPY runtime /opt/gguf-serve/runtime
 COPY modelfetch /opt/gguf-serve/modelfetch
 COPY launcher /opt/gguf-serve/launcher
 COPY fleetmetrics /opt/gguf-serve/fleetmetrics

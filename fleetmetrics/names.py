@@ -4,7 +4,7 @@ The CDK stack imports these constants for scaling policies, alarms and the
 dashboard, so changing one here changes it everywhere.
 """
 
-from catalog.names import METRICS_NAMESPACE
+from runtime.names import METRICS_NAMESPACE
 
 NAMESPACE = METRICS_NAMESPACE  # catalog/names.py: the IAM condition and the publisher agree on it
 

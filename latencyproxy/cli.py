@@ -9,9 +9,9 @@ import signal
 import sys
 import threading
 
-from catalog.names import SERVER_PORT, UPSTREAM_PORT
 from latencyproxy.gpu import GpuReader
 from latencyproxy.proxy import Admission, Limits, ProxyServer
+from runtime.names import SERVER_PORT, UPSTREAM_PORT
 
 MIB = 1024 * 1024
 
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream-timeout", type=float, default=900.0, help="seconds without a byte from upstream")
     p.add_argument(
         "--spec",
-        help="runtime spec (catalog.runtime): slots and queue_per_slot for admission control come from it",
+        help="runtime spec (runtime.spec): slots and queue_per_slot for admission control come from it",
     )
     p.add_argument("--slots", type=int, help="llama-server's slots (-np), when there is no --spec")
     p.add_argument(
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 def _admission(args: argparse.Namespace) -> Admission:
     slots, queue = args.slots, args.queue_per_slot
     if args.spec:
-        from catalog.runtime import RuntimeSpec, RuntimeSpecError
+        from runtime.spec import RuntimeSpec, RuntimeSpecError
 
         try:
             spec = RuntimeSpec.load(args.spec)

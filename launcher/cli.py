@@ -11,12 +11,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from catalog import names
-from catalog.runtime import RuntimeSpec, RuntimeSpecError
 from launcher.cpu import amx_plan
 from launcher.preflight import EX_CONFIG, LaunchRefused, check_gpu, check_model
 from launcher.serve import describe, exec_server, resolve_binary, server_command, server_environment
 from modelfetch.cli import add_network_options, network_policies, positive_int
+from runtime import names
+from runtime.spec import RuntimeSpec, RuntimeSpecError
 
 DEFAULT_SPEC = names.RUNTIME_SPEC_PATH
 DEFAULT_MODEL_DIR = names.CONTAINER_MODEL_DIR

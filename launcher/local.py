@@ -18,8 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from catalog import ServingProfile, local_profile, names
+from catalog import ServingProfile, load_catalog
+from catalog.local import local_profile
 from launcher.process import PACKAGE_ROOT, ServerExited, free_port, start_server
+from runtime import names
 
 BUILD_SCRIPT = PACKAGE_ROOT / "scripts" / "build-llama-server.sh"
 
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     say("1/5", f"llama-server: {binary}")
 
-    profile = local_profile(port=args.port or free_port())
+    profile = local_profile(load_catalog(), port=args.port or free_port())
     model_dir = work / "models"
     start = time.monotonic()
     path = fetch_through_hub(profile, source_gguf(cache), model_dir)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from catalog.runtime import RuntimeSpec
 from modelfetch.gguf import GGUFError, summarize
+from runtime.spec import RuntimeSpec
 
 EX_CONFIG = 78  # sysexits.h: a configuration error; the systemd unit should not restart on it
 

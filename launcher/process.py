@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from catalog.names import API_KEY_ENV
 from launcher.preflight import EX_CONFIG
+from runtime.names import API_KEY_ENV
 
 if TYPE_CHECKING:
     from catalog.profiles import ServingProfile

@@ -8,11 +8,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from catalog.names import API_KEY_ENV
-from catalog.runtime import RuntimeSpec
-from catalog.server import llama_server_args
 from launcher.cpu import AmxPlan
 from launcher.preflight import LaunchRefused
+from runtime.flags import llama_server_args
+from runtime.names import API_KEY_ENV
+from runtime.spec import RuntimeSpec
 
 DEFAULT_BINARY = "/usr/local/bin/llama-server"
 # llama-server reads LLAMA_ARG_* as flag defaults; an inherited LLAMA_ARG_SPEC_TYPE cannot be cleared by a

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     what = ap.add_argument_group("what to fetch (a runtime spec, or an explicit file)")
-    what.add_argument("--spec", dest="profile", type=Path, help="a runtime spec (catalog.runtime.RuntimeSpec.to_json)")
+    what.add_argument("--spec", dest="profile", type=Path, help="a runtime spec (runtime.spec.RuntimeSpec.to_json)")
     what.add_argument("--repo", help="ModelScope repo, owner/name")
     what.add_argument("--file", help="file path inside the repo")
     what.add_argument("--revision", default=None, help="branch, tag or commit (default master)")
@@ -171,7 +171,7 @@ def _spec(a: argparse.Namespace) -> tuple[FileSpec, dict[str, Any]]:
     if a.profile is not None:
         if a.repo or a.file:
             raise ValueError("give either --spec or --repo/--file, not both")
-        from catalog.runtime import RuntimeSpec, RuntimeSpecError
+        from runtime.spec import RuntimeSpec, RuntimeSpecError
 
         try:
             profile = RuntimeSpec.load(a.profile)

@@ -26,7 +26,7 @@ from modelfetch.retry import RetryPolicy
 from modelfetch.s3cache import CachedObject, S3Cache
 
 if TYPE_CHECKING:
-    from catalog.runtime import RuntimeModel
+    from runtime.spec import RuntimeModel
 
 log = logging.getLogger("modelfetch")
 

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from catalog import ServingProfile, local_profile, names
+from catalog import ServingProfile, load_catalog
 from catalog.images import IMAGE_TARGETS
+from catalog.local import local_profile
 from localscope import LocalScope
 from rehearsal.aws import ACCOUNT, AwsStandIn
 from rehearsal.image import STATE, instance_image
@@ -25,6 +26,7 @@ from rehearsal.imds import Imds, Instance
 from rehearsal.netns import Forward, listen_in
 from rehearsal.registry import Registry
 from rehearsal.tls import ensure_ca, server_certificate
+from runtime import names
 from tests.images.engine import docker
 from userdata import BootSettings, render_user_data
 
@@ -47,7 +49,7 @@ BOOT_LOG = "/var/log/gguf-serve-boot.log"
 
 def rehearsal_profile(port: int = 8080) -> ServingProfile:
     """The catalog's local profile (the small Gemma GGUF) as an instance runs it: every interface, the CPU image."""
-    profile = local_profile(port=port)
+    profile = local_profile(load_catalog(), port=port)
     return replace(
         profile,
         stack_name=STACK,

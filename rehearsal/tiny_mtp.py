@@ -171,9 +171,9 @@ def with_gpu_speculation(profile):  # noqa: ANN001, ANN201 - catalog.ServingProf
     """profile with the GPU profile's speculative settings and slot count (draft-mtp, 2 drafts, one slot)."""
     from dataclasses import replace
 
-    from catalog import PROFILES
+    from catalog import load_catalog
 
-    gpu = PROFILES["gpu-mtp"].server
+    gpu = load_catalog().profiles["gpu-mtp"].server
     server = replace(profile.server, speculative=gpu.speculative, parallel=gpu.parallel)
     return replace(profile, name=f"{profile.name}-mtp", server=server)
 

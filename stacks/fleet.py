@@ -13,8 +13,8 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from catalog import ServingProfile
-from catalog.names import LIFECYCLE_HOOK
 from fleetmetrics import names
+from runtime.names import LIFECYCLE_HOOK
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
 

@@ -39,7 +39,6 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
-from catalog import names
 from catalog.errors import ProfileError
 from catalog.hardware import Architecture
 from catalog.images import (
@@ -52,22 +51,20 @@ from catalog.images import (
     LAYER_BUILD_TIMEOUT_MIN,
     ImageTarget,
 )
+from runtime import names
 from stacks.nag import acknowledge, arn_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
 # The source asset: Dockerfiles and build scripts, and the packages that run inside the container.
-APP_PACKAGES = ("catalog", "modelfetch", "launcher", "fleetmetrics", "latencyproxy")
-# Of the catalog the container needs the runtime spec's loader, the server flags and the shared names only:
-# profiles, hardware, prices and descriptions never reach the image, so editing them rebuilds nothing.
-CONTAINER_CATALOG = ("__init__.py", "errors.py", "names.py", "runtime.py", "server.py")
+# The catalog is not among them: the container needs the runtime spec, the server flags and the shared names
+# only (the `runtime` package), so editing a profile, a price or a description rebuilds nothing.
+APP_PACKAGES = ("runtime", "modelfetch", "launcher", "fleetmetrics", "latencyproxy")
 BUILD_CONTEXT = ("docker", *APP_PACKAGES)
 # Anchored patterns: "*" alone would also match every file inside the re-included folders (an empty asset).
 CONTEXT_EXCLUDE = [
     "/*",
     *(f"!/{d}/" for d in BUILD_CONTEXT),
-    "/catalog/*",
-    *(f"!/catalog/{name}" for name in CONTAINER_CATALOG),
     "__pycache__/",
     "*.pyc",
 ]
@@ -418,13 +415,8 @@ def base_key(target: ImageTarget, args: dict[str, str], root: Path = ROOT) -> st
 
 
 def app_files(root: Path = ROOT) -> list[Path]:
-    """The files the application layer copies: the runtime packages, and the catalog's runtime part only."""
-    files = []
-    for package in APP_PACKAGES:
-        for path in _files(root / package):
-            if package != "catalog" or path.relative_to(root / package).as_posix() in CONTAINER_CATALOG:
-                files.append(path)
-    return files
+    """The files the application layer copies: the runtime packages, whole."""
+    return [path for package in APP_PACKAGES for path in _files(root / package)]
 
 
 def app_key(base_tag: str, args: dict[str, str], root: Path = ROOT) -> str:

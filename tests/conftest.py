@@ -56,8 +56,8 @@ def serving_process(llama_server_binary: Path, gemma_gguf: Path, tmp_path_factor
     """
     import secrets
 
-    from catalog import local_profile
     from launcher.process import free_port, start_server
+    from tests.committed import local_profile
 
     server = start_server(
         local_profile(port=free_port()),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from catalog.errors import ProfileError
 from catalog.loader import LOCK_NAME, PROFILES_DIR, Catalog, load_catalog
-from catalog.names import SERVER_PORT
 from catalog.profiles import ServingProfile
+from runtime.names import SERVER_PORT
 from workstation import compose, native
 from workstation.plan import card_table, profile_lines
 from workstation.prepare import Workdir, WorkstationError, check_card, fetch, write_config

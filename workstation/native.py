@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from catalog.names import API_KEY_ENV
 from launcher.process import PACKAGE_ROOT
+from runtime.names import API_KEY_ENV
 from workstation.prepare import Workdir, WorkstationError
 
 OBSERVABILITY = PACKAGE_ROOT / "observability"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from catalog.loader import Catalog
-from catalog.profiles import fit_on, smallest_fit, suggest_card
-from catalog.server import ALL_LAYERS, ServerSettings, Speculative
+from catalog.memory import fit_on, smallest_fit, suggest_card
+from runtime.server import ALL_LAYERS, ServerSettings, Speculative
 
 
 def matrix_settings(mtp: bool) -> ServerSettings:
@@ -37,7 +37,7 @@ def card_table(catalog: Catalog, models: list[str]) -> list[str]:
 
 
 def profile_lines(catalog: Catalog) -> list[str]:
-    from catalog.profiles import fit_on as fit
+    from catalog.memory import fit_on as fit
 
     out = []
     for p in catalog.workstation_profiles.values():

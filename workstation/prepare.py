@@ -10,9 +10,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from catalog.names import API_KEY_ENV, LOCAL_CACHE, RUNTIME_SPEC_PATH
 from catalog.profiles import ServingProfile
 from launcher.process import PACKAGE_ROOT
+from runtime.names import API_KEY_ENV, LOCAL_CACHE, RUNTIME_SPEC_PATH
 
 SPEC_NAME = Path(RUNTIME_SPEC_PATH).name  # runtime.json: mounted at names.CONFIG_DIR in the server container
 

@@ -8,9 +8,9 @@ import pytest
 
 from bench import cost, recommend, results
 from bench.cli import main
-from catalog import HARDWARE, PROFILES
+from tests.committed import CATALOG, HARDWARE, PROFILES
 
-REPORT = results.load()
+REPORT = results.load(catalog=CATALOG)
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ REPORT = results.load()
     ],
 )
 def test_ri_cost_reproduces_the_report_to_the_cent(instance: str, tok_s: float, monthly: str, per_million: str):
-    c = cost.ri_cost(instance, tok_s)
+    c = cost.ri_cost(instance, tok_s, hardware=HARDWARE)
     assert cost.money(c.monthly_cny) == monthly
     assert f"{c.cny_per_million:.2f}" == per_million
     assert c.yearly_cny == HARDWARE[instance].ri_1yr_all_upfront_cny
@@ -31,7 +31,7 @@ def test_ri_cost_reproduces_the_report_to_the_cent(instance: str, tok_s: float, 
 
 def test_the_month_convention_is_yearly_over_12_with_a_30_day_token_month():
     """A 365-day token year would give 7.31, not the report's 7.41: the report mixes the two months."""
-    c = cost.ri_cost("c8g.4xlarge", 39.34)
+    c = cost.ri_cost("c8g.4xlarge", 39.34, hardware=HARDWARE)
     assert c.monthly_cny == pytest.approx(9069 / 12)
     assert c.cny_per_million == pytest.approx(9069 / 12 / (39.34 * 30 * 86400 / 1e6))
     assert round(9069 / (39.34 * 365 * 86400 / 1e6), 2) == 7.31
@@ -39,24 +39,24 @@ def test_the_month_convention_is_yearly_over_12_with_a_30_day_token_month():
 
 
 def test_utilization_scales_the_cost_per_token():
-    full = cost.ri_cost("c8g.4xlarge", 39.34, 1.0)
-    half = cost.ri_cost("c8g.4xlarge", 39.34, 0.5)
+    full = cost.ri_cost("c8g.4xlarge", 39.34, 1.0, hardware=HARDWARE)
+    half = cost.ri_cost("c8g.4xlarge", 39.34, 0.5, hardware=HARDWARE)
     assert half.monthly_cny == full.monthly_cny
     assert half.cny_per_million == pytest.approx(2 * full.cny_per_million)
     with pytest.raises(ValueError, match="utilization"):
-        cost.ri_cost("c8g.4xlarge", 39.34, 0)
+        cost.ri_cost("c8g.4xlarge", 39.34, 0, hardware=HARDWARE)
 
 
 def test_on_demand_is_priced_only_where_known_and_always_marked_an_estimate():
-    assert cost.on_demand_cost("c8g.4xlarge", 39.34) is None
-    od = cost.on_demand_cost("g5.xlarge", 47.89)
+    assert cost.on_demand_cost("c8g.4xlarge", 39.34, hardware=HARDWARE) is None
+    od = cost.on_demand_cost("g5.xlarge", 47.89, hardware=HARDWARE)
     assert od is not None and od.estimate
     assert od.monthly_cny == pytest.approx(HARDWARE["g5.xlarge"].on_demand_cny_per_hour * 720)
 
 
 def test_unknown_instance_names_the_known_ones():
     with pytest.raises(ValueError, match="c8g.4xlarge"):
-        cost.ri_cost("c9z.huge", 10)
+        cost.ri_cost("c9z.huge", 10, hardware=HARDWARE)
 
 
 def test_cost_cli_table_and_json(capsys: pytest.CaptureFixture[str]):
@@ -114,7 +114,7 @@ def test_headroom_names_the_c8g_8xlarge_stack():
 
 
 def test_headroom_without_its_profile_says_how_to_add_one(monkeypatch: pytest.MonkeyPatch):
-    from catalog import PROFILES
+    from tests.committed import PROFILES
 
     without = {k: v for k, v in PROFILES.items() if k != "graviton-moe-headroom"}
     monkeypatch.setattr(recommend, "PROFILES", without)
@@ -125,7 +125,9 @@ def test_headroom_without_its_profile_says_how_to_add_one(monkeypatch: pytest.Mo
 
 def test_gpu_quota_without_a_measured_gpu_profile_falls_through_to_cpu():
     cpu_only = results.Results(
-        measurements=[m for m in REPORT.measurements if m.instance_type != "g5.xlarge"], estimates=REPORT.estimates
+        CATALOG,
+        measurements=[m for m in REPORT.measurements if m.instance_type != "g5.xlarge"],
+        estimates=REPORT.estimates,
     )
     r = recommend.recommend(gpu_quota=True, priority="cost", figures=cpu_only)
     assert r.stack == "GravitonMoeStack"
@@ -139,7 +141,9 @@ def test_own_figures_can_change_the_cost_winner():
         else m
         for m in REPORT.measurements
     ]
-    r = recommend.recommend(gpu_quota=False, priority="cost", figures=results.Results(measurements=faster_intel))
+    r = recommend.recommend(
+        gpu_quota=False, priority="cost", figures=results.Results(CATALOG, measurements=faster_intel)
+    )
     assert r.stack == "IntelMoeStack"
 
 

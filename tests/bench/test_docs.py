@@ -8,9 +8,10 @@ import pytest
 
 from bench import recommend, results, tables
 from bench.cli import main
+from tests.committed import CATALOG
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "benchmark.md").read_text(encoding="utf-8")
-REPORT = results.load()
+REPORT = results.load(catalog=CATALOG)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +44,9 @@ def test_the_docs_images_exist_and_are_small() -> None:
 
 
 def test_the_docs_show_the_local_run_as_report_prints_it() -> None:
-    local = results.load(sorted((Path(__file__).resolve().parents[2] / "bench" / "data" / "local-run").glob("*.json")))
+    local = results.load(
+        sorted((Path(__file__).resolve().parents[2] / "bench" / "data" / "local-run").glob("*.json")), catalog=CATALOG
+    )
     assert len(local.sequential) == 1 and len(local.concurrency) == 1
     for table in (tables.full_data, tables.per_run, tables.concurrency_table):
         assert table(local) in DOC

@@ -6,8 +6,9 @@ import pytest
 
 from bench import results, tables
 from bench.cli import main
+from tests.committed import CATALOG, HARDWARE
 
-REPORT = results.load()
+REPORT = results.load(catalog=CATALOG)
 
 
 def cells(markdown: str) -> list[list[str]]:
@@ -60,7 +61,7 @@ def test_two_published_changes_differ_from_the_rounded_inputs_and_say_so() -> No
 
 
 def test_a_published_change_the_rounding_cannot_explain_is_not_shown() -> None:
-    tampered = results.load()
+    tampered = results.load(catalog=CATALOG)
     tampered.published_mtp_change_pct["g5.xlarge", "Qwen3.6-27B"] = 90.0
     row = next(r for r in cells(tables.mtp_effect(tampered)) if r[0] == "g5.xlarge")
     assert row[5] == "+83.0%"
@@ -104,7 +105,7 @@ def test_findings_6_4_and_summary_ratios_follow_from_the_figures() -> None:
     gpu = REPORT.find(instance_type="g5.xlarge", model="Qwen3.6-27B", mtp=True)
     assert cpu and gpu
     assert round(cpu.effective_tok_s / gpu.effective_tok_s * 100) == 82
-    from catalog import HARDWARE
+    from tests.committed import HARDWARE
 
     ratio = HARDWARE["c8g.4xlarge"].ri_1yr_all_upfront_cny / HARDWARE["g5.xlarge"].ri_1yr_all_upfront_cny
     assert round(ratio * 100) == 26
@@ -159,12 +160,12 @@ def test_every_row_but_one_generated_about_2083_tokens() -> None:
 def test_the_catalog_descriptions_quote_what_bench_computes() -> None:
     """The profile descriptions repeat tok/s and yuan per million; they must agree with the figures and prices."""
     from bench import cost
-    from catalog import PROFILES
+    from tests.committed import PROFILES
 
     for p in PROFILES.values():
         m = REPORT.find(instance_type=p.hardware.instance_type, model=p.model.name, mtp=p.mtp)
         if m is None:  # not measured in the report (the headroom profile): it must say its figure is an estimate
             assert "estimate" in p.description and "tok/s, ¥" not in p.description, (p.name, p.description)
             continue
-        per_m = cost.ri_cost(p.hardware.instance_type, m.effective_tok_s).cny_per_million
+        per_m = cost.ri_cost(p.hardware.instance_type, m.effective_tok_s, hardware=HARDWARE).cny_per_million
         assert f"({m.effective_tok_s:.2f} tok/s, ¥{per_m:.2f}/M)" in p.description, p.description

@@ -9,6 +9,7 @@ import pytest
 
 from bench import method, results, tables
 from bench.cli import main
+from tests.committed import CATALOG
 
 pytestmark = pytest.mark.e2e
 
@@ -150,5 +151,5 @@ def test_api_key_from_secrets_manager(local_server, tmp_path: Path, monkeypatch:
 
 
 def test_table_from_two_live_files_pairs_nothing_but_lists_both(sequential: Path) -> None:
-    both = results.load([sequential, sequential])
+    both = results.load([sequential, sequential], catalog=CATALOG)
     assert len(tables.full_data(both).splitlines()) == 4

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench import endpoint, runner
+from tests.committed import CATALOG
 
 
 def row(wall: float, tokens: int, prompt_ms: float, predicted_ms: float, **timings: int) -> dict:
@@ -107,16 +108,16 @@ def test_key_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_labels_come_from_the_catalog() -> None:
-    assert endpoint.resolve_label("graviton-moe") == endpoint.Label(
+    assert endpoint.resolve_label("graviton-moe", CATALOG) == endpoint.Label(
         profile="graviton-moe",
         instance_type="c8g.4xlarge",
         hardware="AWS Graviton4 (Neoverse V2)",
         model="Qwen3.6-35B-A3B",
         mtp=False,
     )
-    assert endpoint.resolve_label("gpu-mtp").mtp is True
-    assert endpoint.resolve_label("local-intel-moe").instance_type == "local"
-    assert endpoint.resolve_label("my-own").model is None
+    assert endpoint.resolve_label("gpu-mtp", CATALOG).mtp is True
+    assert endpoint.resolve_label("local-intel-moe", CATALOG).instance_type == "local"
+    assert endpoint.resolve_label("my-own", CATALOG).model is None
 
 
 def test_the_region_comes_from_a_secret_arn() -> None:

@@ -12,10 +12,10 @@ import pytest
 from catalog import model_facts
 from catalog.lock import lock_model
 from catalog.lockfile import read_lock
-from catalog.profiles import build_profile
-from catalog.server import ServerSettings, Speculative
 from localscope.server import LocalScope
+from runtime.server import ServerSettings, Speculative
 from tests.catalog.stand_in import ROOT
+from tests.committed import build_profile
 
 MIB = 1024 * 1024
 GEMMA_REPO, GEMMA_FILE = "local/gemma-3-270m-GGUF", "gemma-3-270m-q4_k_m.gguf"

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from catalog import PROFILES, ProfileError
+from catalog import ProfileError
 from catalog.loader import load_catalog
 from catalog.profiles import deploy_refusal
 from tests.catalog.stand_in import ROOT
+from tests.committed import PROFILES
 
 
 @pytest.fixture()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from catalog import PROFILES, ProfileError, ServerSettings, ServingProfile, Speculative, llama_server_args
-from catalog.models import GEMMA3_270M, QWEN36_35B_A3B
-from catalog.profiles import build_profile, local_profile
-from catalog.server import ALL_LAYERS
+from catalog import ProfileError, ServingProfile
+from runtime.flags import llama_server_args
+from runtime.server import ALL_LAYERS, ServerSettings, Speculative
+from tests.committed import GEMMA3_270M, PROFILES, QWEN36_35B_A3B, build_profile, local_profile
 
 GPU_MTP = ServerSettings(parallel=1, threads=4, gpu_layers=ALL_LAYERS, speculative=Speculative())
 

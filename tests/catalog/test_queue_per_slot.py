@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from catalog import local_profile
 from catalog.errors import ProfileError
-from catalog.runtime import RuntimeSpec, RuntimeSpecError
+from runtime.spec import RuntimeSpec, RuntimeSpecError
+from tests.committed import local_profile
 
 
 def test_the_default_stays_out_of_the_spec_and_a_setting_goes_in():

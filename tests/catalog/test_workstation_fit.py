@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 from catalog import ProfileError
-from catalog.loader import default_catalog, load_catalog
+from catalog.loader import load_catalog
 from catalog.lock import lock_model
 from catalog.lockfile import read_lock, write_lock
-from catalog.runtime import RuntimeSpec
-from catalog.server import ALL_LAYERS, llama_server_args
 from localscope.server import LocalScope
+from runtime.flags import llama_server_args
+from runtime.server import ALL_LAYERS
+from runtime.spec import RuntimeSpec, RuntimeSpecError
 from tests.catalog.stand_in import ROOT
+from tests.committed import default_catalog
 
 
 @pytest.fixture()
@@ -69,7 +71,7 @@ def test_specs_without_the_field_are_unchanged_and_still_load():
     del doc["server"]["n_cpu_moe"]
     assert RuntimeSpec.from_json(json.dumps(doc)).server.n_cpu_moe == 0  # an older spec
     doc["server"]["n_cpu_moe"] = "16"
-    with pytest.raises(ProfileError, match="n_cpu_moe must be int"):
+    with pytest.raises(RuntimeSpecError, match="n_cpu_moe must be int"):
         RuntimeSpec.from_json(json.dumps(doc))
 
 

@@ -38,9 +38,9 @@ def run_as_the_instance_does(
     Returns the server container's log (llama-server's system info, the backend it loaded)."""
     from openai import OpenAI
 
-    from catalog import local_profile
     from launcher.process import free_port
     from localscope import LocalScope
+    from tests.committed import local_profile
 
     port = free_port()
     profile = local_profile(port=port)

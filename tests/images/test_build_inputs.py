@@ -18,7 +18,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from catalog import PROFILES, ProfileError
+from catalog import ProfileError
 from catalog.images import (
     BUILD_POLL_INTERVAL_S,
     CUSTOM_RESOURCE_MAX_WAIT_S,
@@ -29,13 +29,13 @@ from catalog.images import (
 from stacks.app import build_app
 from stacks.image_build import (
     APP_PACKAGES,
-    CONTAINER_CATALOG,
     ImageBuild,
     app_files,
     app_key,
     base_key,
     pinned_sources,
 )
+from tests.committed import PROFILES
 from tests.conftest import ROOT, cdk_context
 from tests.images.buildspec import build_env, build_inputs
 
@@ -59,8 +59,8 @@ def test_source_asset_holds_exactly_the_build_context(image_assembly, stack):
     expected |= {p.relative_to(ROOT).as_posix() for p in app_files()}
     got = _files(inputs.context)
     assert got == expected
-    # Of the catalog, only the runtime spec's loader and what it imports: no profile, hardware or price.
-    assert {n for n in got if n.startswith("catalog/")} == {f"catalog/{n}" for n in CONTAINER_CATALOG}
+    # No catalog at all: the runtime package carries the spec's loader; no profile, hardware or price.
+    assert not {n for n in got if n.startswith("catalog/")}
     for needed in ("docker/build-image.sh", f"docker/{X86.dockerfile}", "docker/app.Dockerfile", "launcher/cli.py"):
         assert needed in got
     for name in got:
@@ -278,7 +278,7 @@ def test_build_script_refuses_a_pair_that_would_become_a_docker_option(tmp_path)
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    for folder in ("docker", *APP_PACKAGES, "profiles"):
+    for folder in ("docker", *APP_PACKAGES, "catalog", "profiles"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -309,7 +309,7 @@ def test_a_runtime_change_rebuilds_only_the_application_layer(tree):
     _edit(tree / "launcher" / "cli.py", r"\n", "\n# changed\n")
     new_base, new_app = _keys(tree)
     assert new_base == base and new_app != app
-    _edit(tree / "catalog" / "runtime.py", r"\n", "\n# changed\n")  # the loader the container runs
+    _edit(tree / "runtime" / "spec.py", r"\n", "\n# changed\n")  # the loader the container runs
     assert _keys(tree)[0] == base and _keys(tree)[1] != new_app
 
 

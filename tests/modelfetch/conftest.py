@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog.models import GEMMA3_270M
 from localscope import LocalScope
 from modelfetch.retry import RetryPolicy
+from tests.committed import GEMMA3_270M
 
 SMALL_REPO = "test/small-GGUF"
 SMALL_FILE = "small.bin"

@@ -9,9 +9,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from catalog import Speculative, local_profile
-from catalog.models import GEMMA3_270M
 from localscope import LocalScope
+from runtime.server import Speculative
+from tests.committed import GEMMA3_270M, local_profile
 from tests.modelfetch.conftest import SMALL_FILE, SMALL_REPO, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from catalog.models import GEMMA3_270M
 from localscope import LocalScope
 from modelfetch import (
     AuthError,
@@ -24,6 +23,7 @@ from modelfetch import (
 )
 from modelfetch.ranged import MIB, partial_path, state_path
 from modelfetch.retry import RetryPolicy
+from tests.committed import GEMMA3_270M
 from tests.modelfetch.conftest import SMALL_FILE, SMALL_REPO, sha256_of
 
 

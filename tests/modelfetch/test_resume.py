@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from catalog.models import GEMMA3_270M
 from localscope import LocalScope
 from modelfetch import FileSpec, fetch_file
 from modelfetch.ranged import MIB, partial_path, state_path
+from tests.committed import GEMMA3_270M
 from tests.modelfetch.conftest import SMALL_FILE, SMALL_REPO, sha256_of
 
 ROOT = Path(__file__).resolve().parents[2]

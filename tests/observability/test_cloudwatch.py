@@ -7,10 +7,10 @@ import json
 import pytest
 from aws_cdk.assertions import Template
 
-from catalog import profile_by_stack
 from fleetmetrics import names
 from stacks.app import build_app
 from stacks.monitoring import TTFT_P95_ALARM_S
+from tests.committed import profile_by_stack
 from tests.conftest import cdk_context
 
 

@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import pytest
 
-from catalog.server import Speculative
 from fleetmetrics import names as fleet_names
 from rehearsal.aws import iam_action
 from rehearsal.harness import GROUP, STACK, STATE, World
 from rehearsal.imds import ROLE_ACCESS_KEY
 from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
+from runtime.server import Speculative
 from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, release_parameter_name
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]

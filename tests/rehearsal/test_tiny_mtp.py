@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog import local_profile
 from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
+from tests.committed import local_profile
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

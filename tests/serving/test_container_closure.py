@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from catalog import PROFILES
 from launcher.preflight import EX_CONFIG
 from stacks.image_build import ROOT, app_files
+from tests.committed import PROFILES
 
 GRAVITON = PROFILES["graviton-moe"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog import names
 from catalog.images import APP_DOCKERFILE, IMAGE_TARGETS
+from runtime import names
 from stacks.image_build import APP_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]

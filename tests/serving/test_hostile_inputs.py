@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from catalog import PROFILES, local_profile
 from launcher import EX_CONFIG
 from launcher.process import launcher_env
 from localscope import LocalScope
+from tests.committed import PROFILES, local_profile
 
 GPU = PROFILES["gpu-mtp"]
 

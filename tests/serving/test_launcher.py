@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog import HARDWARE, PROFILES
 from catalog.images import IMAGE_TARGETS
 from launcher import EX_CONFIG
+from tests.committed import HARDWARE, PROFILES
 
 GPU = PROFILES["gpu-mtp"]  # qwen35, MTP on: expects Qwen3.6-27B-Q4_K_M.gguf with MTP layers
 # The GPU profile's MTP settings on a CPU host with the RAM for them: exec-path tests on a machine without a GPU.
@@ -163,9 +163,9 @@ def test_benchmark_mode_turns_the_prompt_cache_off(make_gguf, sentinel_binary, r
 
 @pytest.mark.e2e
 def test_fetch_subcommand_delivers_the_profile_model(gemma_gguf, tmp_path):
-    from catalog import local_profile
     from launcher.process import launcher_env
     from localscope import LocalScope
+    from tests.committed import local_profile
 
     profile = local_profile()
     (tmp_path / "runtime.json").write_text(profile.runtime_json())

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from catalog import MODELS, PROFILES, local_profile
 from launcher.process import ServerExited, free_port, start_server
+from tests.committed import MODELS, PROFILES, local_profile
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from catalog import PROFILES, local_profile
 from launcher.process import free_port, start_server
+from tests.committed import PROFILES, local_profile
 
 from .supervisor import Supervisor, restart_wanted
 

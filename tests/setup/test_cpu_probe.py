@@ -128,7 +128,7 @@ def test_the_build_script_keys_its_cache_by_the_probe():
 
 
 def test_launcher_argv_gets_no_repack_only_where_amx_faults(tmp_path):
-    from catalog import local_profile
+    from tests.committed import local_profile
 
     spec = local_profile(port=8099).runtime()
     base = server_command(spec, tmp_path / "m.gguf", "/bin/llama-server")
@@ -142,8 +142,8 @@ def test_launcher_argv_gets_no_repack_only_where_amx_faults(tmp_path):
 @pytest.mark.parametrize("probe", ["fail", "pass"])
 def test_launcher_serves_with_the_choice_the_probe_made(probe, llama_server_binary, gemma_gguf, tmp_path, monkeypatch):
     """The real launcher and llama-server on a CPU said to list AMX: the log line and argv follow the probe."""
-    from catalog import local_profile
     from launcher.process import free_port, start_server
+    from tests.committed import local_profile
 
     monkeypatch.setenv(cpu.CPUINFO_ENV, str(cpuinfo_file(tmp_path, AMX_CPU)))
     monkeypatch.setenv(cpu.PROBE_OVERRIDE_ENV, probe)

@@ -8,8 +8,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from catalog import PROFILES
 from stacks.app import build_app
+from tests.committed import PROFILES
 from tests.conftest import cdk_context
 
 STACK_NAMES = [p.stack_name for p in PROFILES.values()]

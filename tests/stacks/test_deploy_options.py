@@ -13,10 +13,10 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from catalog import PROFILES, profile_by_stack
 from stacks.app import build_app
 from stacks.image_build import default_sources_dir
 from stacks.options import DEPLOY_CONFIG, DeployOptionError, DeployOptions, load_options
+from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import CERT, IAM_CERT, STACK_NAMES
 

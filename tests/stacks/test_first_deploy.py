@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from catalog import PROFILES, ProfileError, profile_by_stack
+from catalog import ProfileError
 from catalog.profiles import MAX_HOOK_HEARTBEAT_S
 from stacks.fleet import release_parameter_name
+from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT
 from tests.stacks.conftest import STACK_NAMES
 from tests.stacks.test_templates import only, resources, user_data

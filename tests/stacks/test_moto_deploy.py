@@ -24,7 +24,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from catalog import profile_by_stack
+from tests.committed import profile_by_stack
 from tests.stacks.conftest import STACK_NAMES
 
 REGION = "cn-northwest-1"

@@ -9,8 +9,9 @@ import re
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from catalog import PROFILES, ProfileError, profile_by_stack
+from catalog import ProfileError
 from stacks.app import build_app
+from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import cdk_context
 from tests.stacks.conftest import STACK_NAMES
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from catalog import PROFILES
 from launcher.preflight import EX_CONFIG
+from tests.committed import PROFILES
 from userdata import BootSettings, render_user_data
 from userdata.render import _ENV, USER_DATA_LIMIT
 
@@ -68,7 +68,7 @@ def test_api_key_is_read_at_start_never_embedded():
 
 def test_the_latency_hop_takes_the_server_port_and_llama_server_only_loopback():
     """The ALB, the readiness check and the metrics publisher reach the hop; nothing but the hop reaches llama."""
-    from catalog import names
+    from runtime import names
 
     text = render_user_data(PROFILES["graviton-moe"], BOOT)
     port = PROFILES["graviton-moe"].server.port

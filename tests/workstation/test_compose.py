@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import yaml
 
-from catalog import names
+from runtime import names
 from workstation import compose
 from workstation.prepare import SPEC_NAME, Workdir
 

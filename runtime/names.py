@@ -23,7 +23,7 @@ UPSTREAM_PORT = 8081
 
 # The instance's file system (userdata/templates/boot.sh.j2) and the containers' view of it
 CONFIG_DIR = f"/etc/{PRODUCT}"  # host; mounted read-only at the same path in every container
-RUNTIME_SPEC_PATH = f"{CONFIG_DIR}/runtime.json"  # catalog.runtime.RuntimeSpec, the only profile an instance gets
+RUNTIME_SPEC_PATH = f"{CONFIG_DIR}/runtime.json"  # runtime.spec.RuntimeSpec, the only profile an instance gets
 HOST_MODEL_DIR = f"/opt/{PRODUCT}/models"
 CONTAINER_MODEL_DIR = "/models"
 RUN_DIR = f"/run/{PRODUCT}"  # tmpfs, 0700: the API key, written at each server start

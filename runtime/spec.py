@@ -1,12 +1,12 @@
 """The runtime spec: the only part of a profile an instance (or a container) is given.
 
-A serving profile (catalog.profiles) joins hardware, prices, fleet sizing, descriptions, the model and the
-server settings. An instance needs three of those: which file to fetch and check, the llama-server flags, and
-the port. `ServingProfile.runtime()` cuts that out; the boot script writes it to `names.RUNTIME_SPEC_PATH`, and
-the launcher and the fetcher read it with `RuntimeSpec.load`, the one loader. Editing a price or a description
-changes no runtime spec, so it changes no user data, no release id and no image.
+A serving profile (catalog.profiles, outside this package) joins hardware, prices, fleet sizing, descriptions,
+the model and the server settings. An instance needs three of those: which file to fetch and check, the
+llama-server flags, and the port. `ServingProfile.runtime()` cuts that out; the boot script writes it to
+`names.RUNTIME_SPEC_PATH`, and the launcher and the fetcher read it with `RuntimeSpec.load`, the one loader.
+Editing a price or a description changes no runtime spec, so it changes no user data, no release id and no image.
 
-This module reads no catalog data: the image ships it without the profile files.
+This package reads no catalog data and imports only the standard library: the image ships it whole.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from catalog.errors import ProfileError
-from catalog.server import MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
+from runtime.server import MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
 
 SCHEMA = "gguf-serve-runtime/1"
 # ServerSettings fields added after schema 1 shipped, with the default an older spec means: left out of a spec
@@ -25,8 +24,8 @@ SCHEMA = "gguf-serve-runtime/1"
 _ADDED_SERVER_FIELDS = {"n_cpu_moe": 0, "queue_per_slot": 4}
 
 
-class RuntimeSpecError(ProfileError):
-    """A runtime spec file that cannot be used; the message names the file and what is wrong."""
+class RuntimeSpecError(ValueError):
+    """A runtime spec file that cannot be used on this instance; the message names the file and what is wrong."""
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,10 @@
-"""llama-server settings and the one function that turns them into command-line flags."""
+"""llama-server settings as a runtime spec carries them (the flags: runtime.flags)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from catalog.names import SERVER_PORT
-
-if TYPE_CHECKING:
-    from catalog.profiles import ServingProfile
+from runtime.names import SERVER_PORT
 
 ALL_LAYERS = 999  # -ngl value meaning "every layer on the GPU"
 MAX_QUEUE_PER_SLOT = 256
@@ -39,28 +35,3 @@ class ServerSettings:
     @property
     def ctx_total(self) -> int:
         return self.ctx_per_slot * self.parallel
-
-
-def llama_server_args(profile: ServingProfile, model_path: str, *, benchmark: bool = False) -> list[str]:
-    """The llama-server command line for a profile. The API key travels in LLAMA_API_KEY, never in argv."""
-    s = profile.server
-    args = [
-        "--model", model_path,
-        "--alias", profile.model.name,
-        "--host", s.host,
-        "--port", str(s.port),
-        "--ctx-size", str(s.ctx_total),
-        "--parallel", str(s.parallel),
-        "--threads", str(profile.threads),
-        "--n-gpu-layers", str(s.gpu_layers),
-        "--cache-ram", "0" if benchmark else str(s.cache_ram_mib),
-    ]  # fmt: skip
-    if s.metrics:
-        args.append("--metrics")
-    if s.n_cpu_moe >= ALL_LAYERS:
-        args.append("--cpu-moe")
-    elif s.n_cpu_moe > 0:
-        args += ["--n-cpu-moe", str(s.n_cpu_moe)]
-    if s.speculative is not None:
-        args += ["--spec-type", s.speculative.spec_type, "--spec-draft-n-max", str(s.speculative.draft_n_max)]
-    return args

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
-from catalog import ServingProfile, names
+from catalog import ServingProfile
 from launcher.preflight import EX_CONFIG
+from runtime import names
 
 USER_DATA_LIMIT = 16 * 1024  # EC2 rejects larger raw user data
+TEMPLATE = "boot.sh.j2"
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -41,22 +44,36 @@ class BootSettings:
 
 
 def release_id(profile: ServingProfile, image_tag: str) -> str:
-    """What an instance runs: the profile, the image and this boot script. Tokens stay out, so it is stable."""
-    template = (Path(__file__).parent / "templates" / "boot.sh.j2").read_bytes()
-    digest = hashlib.sha256(profile.runtime_json().encode() + b"\0" + image_tag.encode() + b"\0" + template)
-    return digest.hexdigest()[:16]
+    """What an instance runs: the boot script as it renders for this profile, and the image. The script is rendered
+    with every deploy-time value (the CDK tokens of BootSettings) at a fixed placeholder, so the id is stable and
+    covers every other value the template reads, a new one included, and nothing it does not (a price, a
+    description)."""
+    text = _render(profile, _FIXED_BOOT)
+    return hashlib.sha256(text.encode() + b"\0" + image_tag.encode()).hexdigest()[:16]
 
 
 def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:
-    text = _ENV.get_template("boot.sh.j2").render(
-        p=profile,
-        boot=boot,
-        n=names,
-        runtime_spec_b64=base64.b64encode(profile.runtime_json().encode()).decode(),
-        gpu=profile.hardware.has_gpu,
-        port=profile.server.port,
-        refusal_exit=EX_CONFIG,
-    )
+    text = _render(profile, boot)
     if len(text.encode()) > USER_DATA_LIMIT:
         raise ValueError(f"user data is {len(text.encode())} bytes; EC2 allows {USER_DATA_LIMIT}")
     return text
+
+
+def template_context(profile: ServingProfile, boot: BootSettings) -> dict[str, Any]:
+    """Every value the boot template reads."""
+    return {
+        "p": profile,
+        "boot": boot,
+        "n": names,
+        "runtime_spec_b64": base64.b64encode(profile.runtime_json().encode()).decode(),
+        "gpu": profile.hardware.has_gpu,
+        "port": profile.server.port,
+        "refusal_exit": EX_CONFIG,
+    }
+
+
+def _render(profile: ServingProfile, boot: BootSettings) -> str:
+    return _ENV.get_template(TEMPLATE).render(**template_context(profile, boot))
+
+
+_FIXED_BOOT = BootSettings(**{f.name: f"<{f.name}>" for f in fields(BootSettings)})

@@ -28,6 +28,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from runtime.digest import sha256_file  # noqa: E402
+
 REPO = "bench/random-GGUF"
 FILE = "random.gguf"
 
@@ -144,11 +148,7 @@ def _medians(runs: list[Run]) -> list[Run]:
 
 
 def check(path: Path, sha: str) -> bool:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(8 << 20):
-            h.update(block)
-    return h.hexdigest() == sha
+    return sha256_file(path) == sha
 
 
 def main() -> int:

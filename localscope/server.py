@@ -16,7 +16,6 @@ in the middle of a body, and corrupted bytes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from runtime.digest import sha256_file
 
 CHUNK = 256 * 1024
 _FILES = re.compile(r"^/api/v1/models/([^/]+)/([^/]+)/repo/files$")
@@ -191,11 +192,7 @@ class LocalScope:
         if side.is_file() and side.stat().st_mtime_ns >= st.st_mtime_ns:
             digest = side.read_text().split()[0]
         else:
-            h = hashlib.sha256()
-            with path.open("rb") as f:
-                while block := f.read(8 << 20):
-                    h.update(block)
-            digest = h.hexdigest()
+            digest = sha256_file(path)
         with self._lock:
             self._hashes[key] = digest
         return digest

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from modelfetch.progress import Progress, human_bytes
 from modelfetch.ranged import DEFAULT_PART_SIZE, DownloadStats, RangedDownload, RangeSource, partial_path
 from modelfetch.retry import RetryPolicy
 from modelfetch.s3cache import CachedObject, S3Cache
+from runtime.digest import sha256_file
 
 if TYPE_CHECKING:
     from runtime.spec import RuntimeModel
@@ -389,11 +389,7 @@ def _matches_listing(target: Path, spec: FileSpec, listed: ListedFile) -> tuple[
 
 def _rehash(target: Path, spec: FileSpec, sha: str) -> tuple[int, str] | None:
     log.info("verifying existing %s", target)
-    h = hashlib.sha256()
-    with target.open("rb") as f:
-        while block := f.read(8 << 20):
-            h.update(block)
-    if h.hexdigest() == sha:
+    if sha256_file(target) == sha:
         _write_marker(target, sha, spec)
         return target.stat().st_size, sha
     log.warning("%s does not match sha256 %s; removing it and fetching again", target, sha)

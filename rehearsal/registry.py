@@ -17,17 +17,14 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from runtime.digest import sha256_file
 from tests.images.engine import docker
 
 MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + sha256_file(path)
 
 
 def export_image(image: str, directory: Path) -> tuple[bytes, dict[str, Path]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from catalog.lockfile import read_lock
 from localscope.server import LocalScope
+from runtime.digest import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 REPO, FILE = "unsloth/Qwen3.6-27B-MTP-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"
@@ -23,7 +24,6 @@ REPO, FILE = "unsloth/Qwen3.6-27B-MTP-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"
 
 def stand_in_gguf() -> Path:
     """The stand-in file (cached outside the checkout) with its `<file>.sha256` beside it."""
-    import hashlib
     import os
 
     from rehearsal.tiny_mtp import write
@@ -38,11 +38,7 @@ def stand_in_gguf() -> Path:
     write(path)
     with path.open("r+b") as f:
         f.truncate(size)  # zeros after the tiny model's tensors: never read by the lock or the header check
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(8 << 20):
-            h.update(block)
-    side.write_text(h.hexdigest() + "\n")
+    side.write_text(sha256_file(path) + "\n")
     return path
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from localscope import LocalScope
 from modelfetch.retry import RetryPolicy
+from runtime.digest import sha256_file
 from tests.committed import GEMMA3_270M
 
 SMALL_REPO = "test/small-GGUF"
@@ -59,11 +60,7 @@ def _quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(8 << 20):
-            h.update(block)
-    return h.hexdigest()
+    return sha256_file(path)
 
 
 def write_tiny_gguf(path: Path, arch: str, nextn: int | None) -> Path:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from aws_cdk import Aspects, Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import Aspects, Aws, CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -27,6 +26,8 @@ from userdata.render import release_id
 
 
 class ServingStack(Stack):
+    """One profile's service: it composes the constructs and wires them (grants, dependencies, outputs)."""
+
     def __init__(
         self,
         scope: Construct,
@@ -42,17 +43,9 @@ class ServingStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
         self._azs = availability_zones
-        acknowledge(
-            self,
-            "CloudFormation-Validate::W3010",
-            "Zones are pinned on purpose in cdk.context.json: no lookup at synth, and the user picks zones that offer "
-            "the instance type.",
-        )
-        Aspects.of(self).add(CheckovAcknowledgements())
-        fleet_cfg = profile.fleet
-        network = ServingNetwork(
-            self, "Network", cidr=fleet_cfg.vpc_cidr, max_azs=fleet_cfg.max_azs, nat_gateways=fleet_cfg.nat_gateways
-        )
+        self._acknowledge()
+        f = profile.fleet
+        network = ServingNetwork(self, "Network", cidr=f.vpc_cidr, max_azs=f.max_azs, nat_gateways=f.nat_gateways)
         access_logs = AccessLogs(self, "AccessLogs")
         cache = ModelCache(self, "ModelCache", access_logs=access_logs.bucket)
         api_key = ApiKey(self, "ApiKey")
@@ -68,7 +61,47 @@ class ServingStack(Stack):
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
         release = release_id(profile, image.image_tag)
-        boot = BootSettings(
+        user_data = render_user_data(profile, self._boot(image, api_key, cache, log_group, release))
+        fleet = ServingFleet(
+            self, "Fleet", profile=profile, vpc=network.vpc, user_data=ec2.UserData.custom(user_data), release=release
+        )
+        fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
+        fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)
+        lb = InferenceLoadBalancer(
+            self,
+            "LoadBalancer",
+            vpc=network.vpc,
+            vpc_cidr=f.vpc_cidr,
+            access_logs=access_logs.bucket,
+            targets=[fleet.asg],
+            target_port=fleet.port,
+            idle_timeout_s=f.alb_idle_timeout_s,
+            deregistration_delay_s=f.deregistration_delay_s,
+            allowed_cidrs=f.allowed_cidrs,
+            certificate_arn=certificate_arn,
+        )
+        self.target_group = lb.target_group
+        self.scaling = FleetScaling(self, "Scaling", profile=profile, asg=fleet.asg)
+        self.monitoring = ServiceMonitoring(
+            self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
+        )
+        self.profile, self.fleet, self.load_balancer, self.api_key = profile, fleet, lb, api_key
+        self._outputs(lb, api_key)
+
+    def _acknowledge(self) -> None:
+        acknowledge(
+            self,
+            "CloudFormation-Validate::W3010",
+            "Zones are pinned on purpose in cdk.context.json: no lookup at synth, and the user picks zones that offer "
+            "the instance type.",
+        )
+        Aspects.of(self).add(CheckovAcknowledgements())
+
+    def _boot(
+        self, image: ImageBuild, api_key: ApiKey, cache: ModelCache, log_group: logs.LogGroup, release: str
+    ) -> BootSettings:
+        """The deploy-time values the boot script reads (CDK tokens, rendered untouched)."""
+        return BootSettings(
             region=self.region,
             stack_name=self.stack_name,
             group_logical_id=GROUP_LOGICAL_ID,
@@ -82,48 +115,8 @@ class ServingStack(Stack):
             release=release,
             release_parameter=release_parameter_name(self.stack_name),
         )
-        fleet = ServingFleet(
-            self,
-            "Fleet",
-            profile=profile,
-            vpc=network.vpc,
-            user_data=ec2.UserData.custom(render_user_data(profile, boot)),
-            release=release,
-        )
-        fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
-        fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)
 
-        lb = InferenceLoadBalancer(
-            self,
-            "LoadBalancer",
-            vpc=network.vpc,
-            vpc_cidr=fleet_cfg.vpc_cidr,
-            access_logs=access_logs.bucket,
-            idle_timeout=Duration.seconds(fleet_cfg.alb_idle_timeout_s),
-            allowed_cidrs=fleet_cfg.allowed_cidrs,
-            certificate_arn=certificate_arn,
-        )
-        self.target_group = lb.listener.add_targets(
-            "Servers",
-            port=fleet.port,
-            targets=[fleet.asg],
-            deregistration_delay=Duration.seconds(fleet_cfg.deregistration_delay_s),
-            # /health answers 503 while the model loads and needs no API key; only 200 is healthy.
-            health_check=elbv2.HealthCheck(
-                path="/health",
-                healthy_http_codes="200",
-                interval=Duration.seconds(15),
-                timeout=Duration.seconds(5),
-                healthy_threshold_count=2,
-                unhealthy_threshold_count=3,
-            ),
-        )
-        self.scaling = FleetScaling(self, "Scaling", profile=profile, asg=fleet.asg)
-        self.monitoring = ServiceMonitoring(
-            self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
-        )
-        self.profile, self.fleet, self.load_balancer, self.api_key = profile, fleet, lb, api_key
-
+    def _outputs(self, lb: InferenceLoadBalancer, api_key: ApiKey) -> None:
         CfnOutput(self, "EndpointUrl", value=f"{lb.url}/v1", description="OpenAI-compatible base URL (in the VPC)")
         CfnOutput(self, "ApiKeySecretArn", value=api_key.secret.secret_arn, description="Secrets Manager secret")
         CfnOutput(

@@ -113,12 +113,12 @@ def test_headroom_names_the_c8g_8xlarge_stack():
     assert "the same monthly cost buys 2.0 x c8g.4xlarge (GravitonMoeStack), 39.34 tok/s each at ¥7.41" in text
 
 
-def test_headroom_without_its_profile_says_how_to_add_one(monkeypatch: pytest.MonkeyPatch):
-    from tests.committed import PROFILES
+def test_headroom_without_its_profile_says_how_to_add_one():
+    from dataclasses import replace
 
     without = {k: v for k, v in PROFILES.items() if k != "graviton-moe-headroom"}
-    monkeypatch.setattr(recommend, "PROFILES", without)
-    text = recommend.render(recommend.recommend(gpu_quota=False, priority="headroom", figures=REPORT))
+    figures = replace(REPORT, catalog=replace(CATALOG, profiles=without))  # a catalog is passed, never patched
+    text = recommend.render(recommend.recommend(gpu_quota=False, priority="headroom", figures=figures))
     assert "No stack deploys c8g.8xlarge yet" in text and "profiles/serving/<name>.toml" in text
     assert "closest deploy: npx cdk deploy GravitonMoeStack" in text
 

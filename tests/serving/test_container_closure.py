@@ -40,12 +40,13 @@ def _run(layer: Path, *args: str, env: dict[str, str] | None = None) -> subproce
 
 def test_the_layer_holds_no_profile_data(tmp_path):
     layer = _layer(tmp_path)
-    shipped = {p.name for p in (layer / "catalog").iterdir() if p.is_file()}
-    assert "runtime.py" in shipped and "profiles.py" not in shipped and "hardware.py" not in shipped
+    shipped = {p.name for p in (layer / "runtime").iterdir() if p.is_file()}
+    assert "spec.py" in shipped and not (layer / "catalog").exists() and not (layer / "profiles").exists()
     entry_points = "launcher.cli, modelfetch.cli, fleetmetrics.cli, latencyproxy.cli"
-    out = _run(layer, "-c", f"import catalog, {entry_points}; print(catalog.__file__)")
+    out = _run(layer, "-c", f"import runtime, {entry_points}; print(runtime.__file__)")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().startswith(str(layer)), "imported the checkout's catalog, not the layer's"
+    assert out.stdout.strip().startswith(str(layer)), "imported the checkout's runtime, not the layer's"
+    assert _run(layer, "-c", "import catalog").returncode != 0  # the catalog is not in the image at all
 
 
 def test_the_layer_serves_from_a_runtime_spec(tmp_path, make_gguf, sentinel_binary):

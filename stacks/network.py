@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+
+from catalog.errors import ProfileError
 
 _INTERFACE_ENDPOINTS = {
     "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
@@ -23,6 +27,12 @@ class ServingNetwork(Construct):
     """Public subnets hold only the NAT gateway; instances and the internal ALB live in private subnets."""
 
     def __init__(self, scope: Construct, construct_id: str, *, cidr: str, max_azs: int, nat_gateways: int) -> None:
+        """
+        cidr: the VPC's IPv4 range (fleet.vpc_cidr), a /16 to /24 (catalog.limits); default profiles use a /16.
+        max_azs: zones to spread over (fleet.max_azs), 1-6.
+        nat_gateways: NAT gateways for the model download at boot (fleet.nat_gateways), 0 to max_azs.
+        """
+        _check_props(cidr, max_azs, nat_gateways)
         super().__init__(scope, construct_id)
         flow_log_group = logs.LogGroup(
             self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
@@ -45,3 +55,16 @@ class ServingNetwork(Construct):
         for name, service in _INTERFACE_ENDPOINTS.items():
             endpoint = self.vpc.add_interface_endpoint(name, service=service, private_dns_enabled=True, open=False)
             endpoint.connections.allow_from(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+
+
+def _check_props(cidr: str, max_azs: int, nat_gateways: int) -> None:
+    try:
+        network = ipaddress.IPv4Network(cidr)
+    except ValueError:
+        raise ProfileError(f"network: vpc_cidr {cidr!r} is not an IPv4 network; write e.g. 10.40.0.0/16") from None
+    if not 16 <= network.prefixlen <= 24:
+        raise ProfileError(f"network: vpc_cidr {cidr} is a /{network.prefixlen}; use a /16 to /24 (fleet.vpc_cidr)")
+    if not 1 <= max_azs <= 6:
+        raise ProfileError(f"network: max_azs {max_azs} must be 1-6 (fleet.max_azs)")
+    if not 0 <= nat_gateways <= max_azs:
+        raise ProfileError(f"network: nat_gateways {nat_gateways} must be 0 to max_azs ({max_azs}); fleet.nat_gateways")

@@ -5,11 +5,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CHECKOV_STAMP := .venv-checkov/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION ?= 20
 # One cache outside the checkout for llama-server, the staged image sources and the image tier; exported so
 # that every synth (pytest, `npx cdk`, whatever HOME it is given) finds the staged sources.
 export LLAMA_SERVER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gguf-serve
 
-.PHONY: prereqs demo test test-fast test-e2e test-images test-images-arm64 synth lint llama-server image-sources preflight clean
+.PHONY: prereqs demo test test-fast test-e2e test-fresh test-images test-images-arm64 test-images-cuda synth lint llama-server image-sources preflight clean
 
 ## prereqs: what the commands cannot install themselves, checked first (one line per missing package)
 prereqs:
@@ -19,24 +20,33 @@ prereqs:
 demo: prereqs $(STAMP) node_modules/.installed llama-server
 	$(PY) -m launcher.local
 
-## test: set up everything, then run every test tier (the x86-64 image is built and run in Docker)
-test: prereqs $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources llama-server
-	$(PY) -m pytest
+# One pytest marker per tier (pyproject.toml); the opt-in tiers (arm64, cuda, rehearsal) are not part of `test`.
+## test: set up everything, then run every tier CI runs: fast, e2e, fresh, images (the x86-64 image in Docker)
+test: prereqs test-fast test-e2e test-fresh test-images
 
-## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server, no Docker)
+## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server, no Docker), in parallel
 test-fast: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources
-	$(PY) -m pytest -m "not e2e and not fresh"
+	$(PY) -m pytest -m fast -n auto
 
+## test-e2e: a real llama-server through the production launcher
 test-e2e: $(STAMP) llama-server
 	$(PY) -m pytest -m e2e
 
+## test-fresh: the set-up steps of `make demo` and `make test` from an empty cache (needs the package registries)
+test-fresh: $(STAMP)
+	$(PY) -m pytest -m fresh
+
 ## test-images: build the x86-64 image from the synthesized asset and run it (installs and starts Docker)
 test-images: $(STAMP) node_modules/.installed image-sources
-	$(PY) -m pytest tests/images
+	$(PY) -m pytest -m images
 
 ## test-images-arm64: the arm64 image under QEMU (opt-in: over an hour on 2 cores)
 test-images-arm64: $(STAMP) node_modules/.installed image-sources
-	GGUF_SERVE_ARM64_TIER=1 $(PY) -m pytest tests/images/test_arm64_image.py
+	$(PY) -m pytest -m arm64
+
+## test-images-cuda: the CUDA image built without a GPU (opt-in: hours of nvcc on 2 cores)
+test-images-cuda: $(STAMP) node_modules/.installed image-sources
+	$(PY) -m pytest -m cuda
 
 synth: $(STAMP) node_modules/.installed image-sources
 	@$(PY) -m catalog check | grep 'NOT DEPLOYABLE' || true  # refused at synth until its model is locked
@@ -81,4 +91,4 @@ clean:
 ## IMDS, AWS (moto), ECR and ModelScope; builds the x86-64 image as test-images does (opt-in: root and Docker)
 .PHONY: rehearse
 rehearse: $(STAMP) image-sources
-	GGUF_SERVE_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
+	$(PY) -m pytest -m rehearsal

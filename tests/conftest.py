@@ -9,6 +9,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The test tiers, one registered marker each (pyproject.toml); a test without one is `fast`.
+TIERS = ("e2e", "fresh", "images", "arm64", "cuda", "rehearsal")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects: the `fast` marker must be there when it does
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tiers = [t for t in TIERS if item.get_closest_marker(t)]
+        if len(tiers) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is in tiers {tiers}: a test belongs to one tier")
+        if not tiers:
+            item.add_marker(pytest.mark.fast)
 
 
 def cdk_context() -> dict:

@@ -1,7 +1,7 @@
 """Opt-in: the CUDA (g5, A10G) image built here from the synthesized GpuMtpStack assets, as CodeBuild builds it
 (Debian non-free's CUDA 12.4 toolkit in the build root, libcudart12/libcublas12 in the runtime root, from the same
 mirror), without a GPU. Its llama-server links every library but the driver's libcuda.so.1 and reports the CUDA
-backend for sm_86. Long on 2 cores (nvcc): `GGUF_SERVE_CUDA_TIER=1 .venv/bin/python -m pytest
+backend for sm_86. Long on 2 cores (nvcc): `.venv/bin/python -m pytest -m cuda
 tests/images/test_cuda_image.py`. Cached by its inputs: the tags are the content keys, so a second run with the
 same Dockerfile, roots and source reuses the image. `scripts/gpu-check.sh` runs this same image on a GPU.
 """
@@ -9,7 +9,6 @@ same Dockerfile, roots and source reuses the image. `scripts/gpu-check.sh` runs 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -18,12 +17,7 @@ import pytest
 from tests.images.buildspec import BuildInputs, build_inputs, run_buildspec
 from tests.images.engine import CACHE, docker, ensure_engine
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    pytest.mark.timeout(4 * 3600),
-    pytest.mark.skipif(os.environ.get("GGUF_SERVE_CUDA_TIER") != "1", reason="opt-in: GGUF_SERVE_CUDA_TIER=1"),
-]
+pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.timeout(4 * 3600)]  # opt-in: -m cuda
 REPORT = CACHE / "image-tier"
 
 

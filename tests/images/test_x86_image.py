@@ -23,7 +23,7 @@ from tests.images.buildspec import BuildInputs, build_inputs, run_buildspec
 from tests.images.engine import CACHE, docker, ensure_engine
 from tests.images.scenario import UID, run_as_the_instance_does
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 REPORT = CACHE / "image-tier"
 
 

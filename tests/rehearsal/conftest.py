@@ -1,7 +1,8 @@
 """Fixtures for the boot rehearsal: the serving image the image tier builds, the stand-ins, the fake instances.
 
-Opt-in (`make rehearse`, or GGUF_SERVE_REHEARSAL=1): it needs root, a Docker engine (installed and started here when
-missing, as the image tier does) and about 5 minutes once the images exist.
+Opt-in (`make rehearse`, or `pytest -m rehearsal`; pyproject.toml deselects the marker by default): it needs root,
+a Docker engine (installed and started here when missing, as the image tier does) and about 5 minutes once the
+images exist.
 """
 
 from __future__ import annotations
@@ -14,19 +15,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-
-ENABLED = os.environ.get("GGUF_SERVE_REHEARSAL") == "1"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "rehearsal: boots the real user data in a fake instance (opt-in)")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip = pytest.mark.skip(reason="the boot rehearsal is opt-in: make rehearse (GGUF_SERVE_REHEARSAL=1)")
-    for item in items:
-        if item.get_closest_marker("rehearsal") and not ENABLED:
-            item.add_marker(skip)
 
 
 def _stage_and_synth() -> Path:

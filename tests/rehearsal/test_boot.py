@@ -22,7 +22,7 @@ from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
 from runtime.server import Speculative
 from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, release_parameter_name
 
-pytestmark = [pytest.mark.rehearsal, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.rehearsal, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 STEPS = [
     "container runtime and CloudWatch agent",

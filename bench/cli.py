@@ -264,7 +264,8 @@ def _resumable_rows(out: Path, doc: dict[str, Any], log: runner.Log) -> list[dic
         return []
     except (OSError, ValueError) as e:
         raise ValueError(f"{out} exists but is not readable JSON ({e}); pick another -o or remove it") from None
-    same = isinstance(old, dict) and all(old.get(k) == doc[k] for k in ("schema", "kind", "profile", "served_model"))
+    same = isinstance(old, dict) and results.schema_of(old) == doc["schema"]
+    same = same and all(old.get(k) == doc[k] for k in ("kind", "profile", "served_model"))
     same = same and isinstance(old.get("method"), dict) and old["method"] == doc["method"]
     if not same or old.get("complete") is not False or not isinstance(old.get("runs"), list):
         log(f"note: replacing {out} (not an unfinished run of this method)")

@@ -15,8 +15,10 @@ from typing import Any
 
 from catalog import Catalog, Hardware
 
-SCHEMA = "qwen36-bench/1"
-COLLECTION_SCHEMA = "qwen36-bench-collection/1"
+SCHEMA = "gguf-serve-bench/1"
+COLLECTION_SCHEMA = "gguf-serve-bench-collection/1"
+# The same documents under the model-specific names of earlier releases: still read, never written.
+_EARLIER = {"qwen36-bench/1": SCHEMA, "qwen36-bench-collection/1": COLLECTION_SCHEMA}
 FIELD_REPORT = Path(__file__).parent / "data" / "field-report.json"
 
 
@@ -93,10 +95,16 @@ def load(paths: Iterable[str | Path] = (), *, catalog: Catalog) -> Results:
     return out
 
 
+def schema_of(doc: dict[str, Any]) -> Any:
+    """A document's schema id, an earlier release's name mapped to today's."""
+    schema = doc.get("schema")
+    return _EARLIER.get(schema, schema) if isinstance(schema, str) else schema
+
+
 def _add(out: Results, doc: dict[str, Any], where: str) -> None:
     if not isinstance(doc, dict):
         raise ValueError(f"{where}: not a benchmark results file (a JSON {type(doc).__name__}, not an object)")
-    schema = doc.get("schema")
+    schema = schema_of(doc)
     if schema == COLLECTION_SCHEMA:
         for item in doc.get("results", []):
             _add_run(out, item, where)

@@ -14,9 +14,9 @@ class LaunchRefused(Exception):
     """The runtime spec and the model file on disk cannot work together; the message says what to change."""
 
 
-def check_model(profile: RuntimeSpec, model_dir: str | Path) -> Path:
-    """The model file for `profile` in `model_dir`, after checking it is the file the spec expects."""
-    model = profile.model
+def check_model(spec: RuntimeSpec, model_dir: str | Path) -> Path:
+    """The model file for `spec` in `model_dir`, after checking it is the file the spec expects."""
+    model = spec.model
     path = Path(model_dir) / model.local_name
     if not path.is_file():
         raise LaunchRefused(
@@ -29,13 +29,13 @@ def check_model(profile: RuntimeSpec, model_dir: str | Path) -> Path:
         raise LaunchRefused(f"{path} is not a readable GGUF file ({e}); delete it and fetch it again") from e
     if gguf.architecture != model.gguf_architecture:
         raise LaunchRefused(
-            f"{path} is a {gguf.architecture!r} model but profile {profile.name!r} expects "
+            f"{path} is a {gguf.architecture!r} model but profile {spec.name!r} expects "
             f"{model.gguf_architecture!r} ({model.name}); fetch {model.repo}/{model.file} or pick the profile "
             "for this file"
         )
-    if profile.mtp and not gguf.has_mtp_layers:
+    if spec.mtp and not gguf.has_mtp_layers:
         raise LaunchRefused(
-            f"profile {profile.name!r} asks for MTP speculative decoding ({profile.server.speculative.spec_type}) "
+            f"profile {spec.name!r} asks for MTP speculative decoding ({spec.server.speculative.spec_type}) "
             f"but {path} has no MTP layers ({gguf.architecture}.nextn_predict_layers is 0), so llama-server would "
             f"exit; fetch the file from an *-MTP-GGUF repo ({model.repo}) or use a profile with MTP off"
         )
@@ -47,11 +47,11 @@ def check_model(profile: RuntimeSpec, model_dir: str | Path) -> Path:
     return path
 
 
-def check_gpu(profile: RuntimeSpec, dev: Path = Path("/dev")) -> None:
+def check_gpu(spec: RuntimeSpec, dev: Path = Path("/dev")) -> None:
     """A GPU profile without a visible NVIDIA device would run on the CPU, healthy and far too slow."""
-    if profile.on_gpu and not any(dev.glob("nvidia[0-9]*")):
+    if spec.on_gpu and not any(dev.glob("nvidia[0-9]*")):
         raise LaunchRefused(
-            f"profile {profile.name!r} puts {profile.server.gpu_layers} layers on the GPU but no NVIDIA device is "
+            f"profile {spec.name!r} puts {spec.server.gpu_layers} layers on the GPU but no NVIDIA device is "
             f"visible ({dev}/nvidia0): run the container with --gpus all on a host with the NVIDIA driver and "
             "container toolkit (llama-server would silently fall back to the CPU)"
         )

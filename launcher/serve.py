@@ -16,7 +16,7 @@ from runtime.spec import RuntimeSpec
 
 DEFAULT_BINARY = "/usr/local/bin/llama-server"
 # llama-server reads LLAMA_ARG_* as flag defaults; an inherited LLAMA_ARG_SPEC_TYPE cannot be cleared by a
-# later flag, so the profile is the only source of settings and these never reach the server.
+# later flag, so the runtime spec is the only source of settings and these never reach the server.
 _INHERITED_PREFIX = "LLAMA_ARG_"
 
 
@@ -38,10 +38,10 @@ NO_EXTRA_BUFFERS = "--no-repack"
 
 
 def server_command(
-    profile: RuntimeSpec, model_path: Path, binary: str, *, benchmark: bool = False, amx: AmxPlan | None = None
+    spec: RuntimeSpec, model_path: Path, binary: str, *, benchmark: bool = False, amx: AmxPlan | None = None
 ) -> list[str]:
     """llama-server's argv: the spec's flags, and --no-repack where cpuid promises AMX a probe cannot execute."""
-    command = [binary, *llama_server_args(profile, str(model_path), benchmark=benchmark)]
+    command = [binary, *llama_server_args(spec, str(model_path), benchmark=benchmark)]
     if amx is not None and amx.avoid:
         command.append(NO_EXTRA_BUFFERS)
     return command
@@ -58,13 +58,13 @@ def server_environment(env: Mapping[str, str], *, require_api_key: bool = True) 
     return {k: v for k, v in env.items() if k not in dropped}, dropped
 
 
-def describe(profile: RuntimeSpec, command: list[str]) -> str:
+def describe(spec: RuntimeSpec, command: list[str]) -> str:
     """One log line: what starts, with which settings (argv never carries the API key)."""
-    s = profile.server
+    s = spec.server
     mtp = f"MTP {s.speculative.spec_type} n_max={s.speculative.draft_n_max}" if s.speculative else "MTP off"
     return (
-        f"launcher: starting llama-server for profile {profile.name!r}: {profile.model.name}, "
-        f"{s.parallel} slot(s) x {s.ctx_per_slot} ctx, {profile.threads} threads, {s.gpu_layers} GPU layers, "
+        f"launcher: starting llama-server for profile {spec.name!r}: {spec.model.name}, "
+        f"{s.parallel} slot(s) x {s.ctx_per_slot} ctx, {spec.threads} threads, {s.gpu_layers} GPU layers, "
         f"{mtp}; {' '.join(command)}"
     )
 

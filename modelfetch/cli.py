@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     what = ap.add_argument_group("what to fetch (a runtime spec, or an explicit file)")
-    what.add_argument("--spec", dest="profile", type=Path, help="a runtime spec (runtime.spec.RuntimeSpec.to_json)")
+    what.add_argument("--spec", type=Path, help="a runtime spec (runtime.spec.RuntimeSpec.to_json)")
     what.add_argument("--repo", help="ModelScope repo, owner/name")
     what.add_argument("--file", help="file path inside the repo")
     what.add_argument("--revision", default=None, help="branch, tag or commit (default master)")
@@ -168,19 +168,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _spec(a: argparse.Namespace) -> tuple[FileSpec, dict[str, Any]]:
-    if a.profile is not None:
+    if a.spec is not None:
         if a.repo or a.file:
             raise ValueError("give either --spec or --repo/--file, not both")
         from runtime.spec import RuntimeSpec, RuntimeSpecError
 
         try:
-            profile = RuntimeSpec.load(a.profile)
+            runtime_spec = RuntimeSpec.load(a.spec)
         except RuntimeSpecError as e:
             raise ValueError(str(e)) from None
-        m = profile.model
-        spec = FileSpec.from_artifact(m)
-        expect = {"architecture": m.gguf_architecture, "mtp": profile.mtp, "name": profile.name}
-        return spec, expect
+        m = runtime_spec.model
+        expect = {"architecture": m.gguf_architecture, "mtp": runtime_spec.mtp, "name": runtime_spec.name}
+        return FileSpec.from_artifact(m), expect
     if not (a.repo and a.file):
         raise ValueError("--repo and --file are required without --spec")
     spec = FileSpec(
@@ -201,8 +200,8 @@ def _check_model(summary: dict[str, Any], expect: dict[str, Any], *, require_mtp
         return f"{summary['path']} is not a readable GGUF file"
     if expect and arch != expect["architecture"]:
         return (
-            f"{summary['path']} is a {arch} model but profile {expect['name']} expects {expect['architecture']}; "
-            "fix the profile's model"
+            f"{summary['path']} is a {arch} model but the runtime spec of {expect['name']} expects "
+            f"{expect['architecture']}; fix that profile's model"
         )
     if want_mtp and not has_mtp:
         return (

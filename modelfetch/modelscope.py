@@ -23,6 +23,7 @@ from modelfetch.deadline import with_header_deadline
 from modelfetch.errors import AuthError, FetchError, NotFoundError, SizeMismatch, TransientError
 from modelfetch.pace import RatePolicy
 from modelfetch.retry import RetryPolicy
+from runtime.names import PRODUCT
 
 log = logging.getLogger("modelfetch")
 
@@ -30,7 +31,7 @@ DEFAULT_ENDPOINT = "https://www.modelscope.cn"
 TOKEN_ENV = "MODELSCOPE_API_TOKEN"  # noqa: S105 - the name of the official SDK's variable, not a secret
 CHUNK = 1024 * 1024
 LISTING_MAX_BYTES = 64 * 1024 * 1024  # a repository listing is kilobytes; more is a broken or hostile server
-USER_AGENT = "modelfetch/1 (qwen36-llamacpp-aws-cn)"
+USER_AGENT = f"modelfetch/1 ({PRODUCT})"  # model-neutral: the tool serves any GGUF
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 

@@ -52,10 +52,12 @@ def template_files(assembly) -> dict[str, Path]:
 
 
 def scrub(template: dict) -> dict:
-    """Asset hashes change with any source edit; the snapshot is about structure."""
+    """Asset hashes, image tags and the release id (a hash of the image tag) change with any source edit of the
+    image's packages; the snapshot is about structure (tests/userdata/test_release_id.py covers the id)."""
     text = json.dumps(template, indent=1, sort_keys=True)
     text = re.sub(r"[0-9a-f]{64}", "<asset-hash>", text)
     text = re.sub(r"(arm64-cpu|x86-64-cpu|cuda)-[0-9a-f]{16}", r"\1-<hash>", text)
+    text = re.sub(r"(?<![0-9a-f])[0-9a-f]{16}(?![0-9a-f])", "<release>", text)
     return json.loads(text)
 
 

@@ -3,12 +3,15 @@ of loaded instances."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Duration
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from constructs import Construct
 
-from catalog import ServingProfile
+from catalog.fleet import FleetSettings
 from fleetmetrics import names
 
 
@@ -22,12 +25,68 @@ def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic:
     )
 
 
+def step_scale_out(
+    asg: autoscaling.AutoScalingGroup,
+    construct_id: str,
+    *,
+    metric: cloudwatch.Metric,
+    steps: Sequence[tuple[float, int]],
+    evaluation_periods: int,
+    warmup: Duration,
+) -> autoscaling.StepScalingAction:
+    """Scale-out steps ((lower bound, instances to add), ascending) on one alarm at the first bound.
+
+    The resources `asg.scale_on_metric` makes for the same steps, under the same construct ids (so the same logical
+    ids and properties), without the `cooldown` it always hands its StepScalingAction: cooldowns apply to simple
+    scaling policies only (EC2 Auto Scaling User Guide, "Step and simple scaling policies"), so CDK ignored it and
+    warned that the setting is deprecated. The steps with no change below the first bound are implicit: no alarm.
+    """
+    scope = Construct(asg, construct_id)
+    threshold = steps[0][0]
+    statistic = metric.to_metric_config().metric_stat.statistic  # type: ignore[union-attr]
+    action = autoscaling.StepScalingAction(
+        scope,
+        "UpperPolicy",
+        auto_scaling_group=asg,
+        adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+        estimated_instance_warmup=warmup,
+        metric_aggregation_type=_AGGREGATION.get(statistic, autoscaling.MetricAggregationType.AVERAGE),
+    )
+    for i, (lower, change) in enumerate(steps):
+        upper = steps[i + 1][0] - threshold if i + 1 < len(steps) else None
+        action.add_adjustment(adjustment=change, lower_bound=lower - threshold, upper_bound=upper)
+    alarm = cloudwatch.Alarm(
+        scope,
+        "UpperAlarm",
+        metric=metric,
+        alarm_description="Upper threshold scaling alarm",
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluation_periods=evaluation_periods,
+        threshold=threshold,
+    )
+    alarm.add_alarm_action(cloudwatch_actions.AutoScalingAction(action))
+    return action
+
+
+_AGGREGATION = {  # what scale_on_metric derives from the metric's statistic
+    "Average": autoscaling.MetricAggregationType.AVERAGE,
+    "Minimum": autoscaling.MetricAggregationType.MINIMUM,
+    "Maximum": autoscaling.MetricAggregationType.MAXIMUM,
+}
+
+
 class FleetScaling(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, profile: ServingProfile, asg: autoscaling.AutoScalingGroup
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        fleet: FleetSettings,
+        asg: autoscaling.AutoScalingGroup,
+        hooks: Sequence[autoscaling.LifecycleHook] = (),
     ) -> None:
+        """`hooks`: lifecycle hooks the warm pool is created after, so that no warm instance launches without them."""
         super().__init__(scope, construct_id)
-        fleet = profile.fleet
         warmup = Duration.seconds(fleet.model_load_s)
         self.busy_slots = asg.scale_to_track_metric(
             "BusySlots",
@@ -37,31 +96,23 @@ class FleetScaling(Construct):
             estimated_instance_warmup=warmup,
         )
         # Target tracking reacts slowly to a queue; a step policy adds capacity as soon as requests wait.
-        self.deferred = asg.scale_on_metric(
+        self.deferred = step_scale_out(
+            asg,
             "DeferredRequests",
             metric=group_metric(asg, names.REQUESTS_DEFERRED, "Maximum"),
-            scaling_steps=[
-                autoscaling.ScalingInterval(upper=0, change=0),
-                autoscaling.ScalingInterval(lower=fleet.deferred_scale_out, change=1),
-                autoscaling.ScalingInterval(lower=fleet.deferred_scale_out * 4, change=2),
-            ],
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            steps=[(fleet.deferred_scale_out, 1), (fleet.deferred_scale_out * 4, 2)],
             evaluation_periods=2,
-            estimated_instance_warmup=warmup,
+            warmup=warmup,
         )
         # The hop answers 429 past slots * (1 + queue_per_slot): the deferred queue stops growing there, so a shed
         # request is the overload signal. One minute with any shed adds an instance; many add two.
-        self.shed = asg.scale_on_metric(
+        self.shed = step_scale_out(
+            asg,
             "ShedRequests",
             metric=group_metric(asg, names.REQUESTS_SHED, "Sum"),
-            scaling_steps=[
-                autoscaling.ScalingInterval(upper=0, change=0),
-                autoscaling.ScalingInterval(lower=1, change=1),
-                autoscaling.ScalingInterval(lower=fleet.shed_scale_out_many, change=2),
-            ],
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            steps=[(1, 1), (fleet.shed_scale_out_many, 2)],
             evaluation_periods=1,
-            estimated_instance_warmup=warmup,
+            warmup=warmup,
         )
         if fleet.off_hours is not None:
             stop, start = fleet.off_hours
@@ -79,3 +130,9 @@ class FleetScaling(Construct):
                 pool_state=autoscaling.PoolState.STOPPED,  # Hibernated is not available in China
                 reuse_on_scale_in=True,
             )
+            # Without this, CloudFormation creates the pool and the hooks in parallel (both only reference the
+            # group), and EC2 Auto Scaling stops a warm instance as soon as it has launched when no launch hook
+            # holds it, whether or not its user data has finished (User Guide, "Use lifecycle hooks with a warm
+            # pool"). With it, every warm instance waits in Warmed:Pending:Wait until the ready unit completes.
+            for hook in hooks:
+                self.warm_pool.node.add_dependency(hook)

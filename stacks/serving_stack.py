@@ -118,7 +118,7 @@ class ServingStack(Stack):
                 unhealthy_threshold_count=3,
             ),
         )
-        self.scaling = FleetScaling(self, "Scaling", profile=profile, asg=fleet.asg)
+        self.scaling = FleetScaling(self, "Scaling", fleet=fleet_cfg, asg=fleet.asg, hooks=fleet.hooks)
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
         )

@@ -213,11 +213,10 @@ class TestOperatingAtScale:
         assert DRAIN_HEARTBEAT_S < drain["HeartbeatTimeout"] <= 4 * DRAIN_HEARTBEAT_S
         # the drain deadline and the ALB's own drain: the deregistration delay is the longer one, a backstop
         assert p.fleet.deregistration_delay_s >= p.fleet.drain_deadline_s
-        assert f"--drain-hook {DRAIN_HOOK}" in user_data(t) and f"--drain-deadline {p.fleet.drain_deadline_s}" in user_data(t)
+        ud = user_data(t)
+        assert f"--drain-hook {DRAIN_HOOK}" in ud and f"--drain-deadline {p.fleet.drain_deadline_s}" in ud
         statements = [
-            s
-            for r in resources(t, "AWS::IAM::Policy").values()
-            for s in r["Properties"]["PolicyDocument"]["Statement"]
+            s for r in resources(t, "AWS::IAM::Policy").values() for s in r["Properties"]["PolicyDocument"]["Statement"]
         ]
         lifecycle = [s for s in statements if "autoscaling:RecordLifecycleActionHeartbeat" in json.dumps(s["Action"])]
         assert len(lifecycle) == 1 and "autoScalingGroupName/" in json.dumps(lifecycle[0]["Resource"])

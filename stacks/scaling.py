@@ -75,6 +75,53 @@ _AGGREGATION = {  # what scale_on_metric derives from the metric's statistic
 }
 
 
+def wake_on_request(
+    asg: autoscaling.AutoScalingGroup, *, no_target_503: cloudwatch.IMetric, warmup: Duration
+) -> autoscaling.StepScalingAction:
+    """A group at zero goes to one instance when the ALB answered requests itself with 503 in the last minute.
+
+    With no registered target the ALB answers 503 and counts it in HTTPCode_ELB_503_Count (ELB User Guide for
+    Application Load Balancers, "Troubleshoot your Application Load Balancers", HTTP 503, docs.amazonaws.cn);
+    the group's own GroupInServiceInstances (group metrics are on: stacks/fleet.py) says it is at zero. Both are
+    one-minute metrics, so the scale-out starts one to two minutes after the first refused request (not measured
+    without an account). ExactCapacity 1: the alarm staying in ALARM while the instance boots changes nothing.
+    The client gets the ALB's bare 503, without Retry-After: it retries until the instance is in service.
+    """
+    scope = Construct(asg, "WakeOnRequest")
+    in_service = cloudwatch.Metric(
+        namespace="AWS/AutoScaling",
+        metric_name="GroupInServiceInstances",
+        dimensions_map={"AutoScalingGroupName": asg.auto_scaling_group_name},
+        statistic="Maximum",
+        period=Duration.minutes(1),
+    )
+    asleep_and_asked = cloudwatch.MathExpression(
+        expression="IF(FILL(served, 0) < 1 AND FILL(refused, 0) > 0, 1, 0)",
+        using_metrics={"served": in_service, "refused": no_target_503},
+        label="requests refused by the ALB while the group is at zero",
+        period=Duration.minutes(1),
+    )
+    action = autoscaling.StepScalingAction(
+        scope,
+        "Policy",
+        auto_scaling_group=asg,
+        adjustment_type=autoscaling.AdjustmentType.EXACT_CAPACITY,
+        estimated_instance_warmup=warmup,
+    )
+    action.add_adjustment(adjustment=1, lower_bound=0)
+    alarm = asleep_and_asked.create_alarm(
+        scope,
+        "Alarm",
+        threshold=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluation_periods=1,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description="A request reached the load balancer while the group was at zero: scale to one",
+    )
+    alarm.add_alarm_action(cloudwatch_actions.AutoScalingAction(action))
+    return action
+
+
 class FleetScaling(Construct):
     def __init__(
         self,
@@ -84,8 +131,10 @@ class FleetScaling(Construct):
         fleet: FleetSettings,
         asg: autoscaling.AutoScalingGroup,
         hooks: Sequence[autoscaling.LifecycleHook] = (),
+        no_target_503: cloudwatch.IMetric | None = None,
     ) -> None:
-        """`hooks`: lifecycle hooks the warm pool is created after, so that no warm instance launches without them."""
+        """`hooks`: lifecycle hooks the warm pool is created after, so that no warm instance launches without them.
+        `no_target_503`: the ALB's own 503s (HTTPCode_ELB_503_Count, Sum), which wake a group at zero."""
         super().__init__(scope, construct_id)
         warmup = Duration.seconds(fleet.model_load_s)
         self.busy_slots = asg.scale_to_track_metric(
@@ -117,13 +166,21 @@ class FleetScaling(Construct):
         if fleet.off_hours is not None:
             stop, start = fleet.off_hours
             for name, hour, low in (("OffHours", stop, 0), ("WorkHours", start, fleet.min_capacity)):
+                # Off hours hold the group at zero (max 0); with wake_on_request they only bring it to zero
+                # (desired 0) and leave the maximum, so that a request can scale it out again.
+                asleep = low == 0 and not fleet.wake_on_request
                 asg.scale_on_schedule(
                     name,
                     schedule=autoscaling.Schedule.cron(minute="0", hour=str(hour), week_day="MON-FRI"),
                     time_zone="Asia/Shanghai",
                     min_capacity=low,
-                    max_capacity=0 if low == 0 else fleet.max_capacity,
+                    max_capacity=0 if asleep else fleet.max_capacity,
+                    desired_capacity=0 if low == 0 and fleet.wake_on_request else None,
                 )
+        if fleet.wake_on_request:
+            if no_target_503 is None:
+                raise ValueError("wake_on_request needs the load balancer's HTTPCode_ELB_503_Count")
+            self.wake = wake_on_request(asg, no_target_503=no_target_503, warmup=warmup)
         if fleet.warm_pool_size:
             self.warm_pool = asg.add_warm_pool(
                 min_size=fleet.warm_pool_size,

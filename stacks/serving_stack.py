@@ -118,7 +118,11 @@ class ServingStack(Stack):
                 unhealthy_threshold_count=3,
             ),
         )
-        self.scaling = FleetScaling(self, "Scaling", fleet=fleet_cfg, asg=fleet.asg, hooks=fleet.hooks)
+        self.scaling = FleetScaling(
+            self, "Scaling", fleet=fleet_cfg, asg=fleet.asg, hooks=fleet.hooks,
+            no_target_503=lb.alb.metrics.http_code_elb(elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1),
+                                                       statistic="Sum"),
+        )  # fmt: skip
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
         )

@@ -158,7 +158,7 @@ class Drainer:
 
     async def _poll(self, server: Any) -> None:
         drain: DrainState | None = server.drain
-        if drain is None or not drain.done:
+        if drain is None or not drain.done or self.lifecycle_state is None:  # a Spot drain, then the group's turn
             await self._notice(server)
         drain = server.drain
         if drain is None:

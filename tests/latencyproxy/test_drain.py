@@ -214,6 +214,19 @@ def test_a_stream_still_running_at_the_spot_deadline_is_counted_cut(make_hop, lo
     _until(lambda: _metric_sum(aws, names.DRAIN_STREAMS_CUT, inst.instance_id) == 1, 10, "PutMetricData")
 
 
+def test_after_a_spot_drain_the_group_taking_the_instance_completes_the_hook_at_once(make_hop, instance, aws):
+    inst, _ = instance
+    inst.notices[TARGET_STATE] = "InService"
+    hop = make_hop()
+    _until(lambda: hop.drainer.seen_in_service, 5, "InService")
+    inst.notices[SPOT_ACTION] = json.dumps({"action": "terminate", "time": _iso(time.time() + 120)})
+    _until(lambda: hop.drain is not None and hop.drain.done, 5, "the (idle) Spot drain to end")
+    inst.notices[TARGET_STATE] = "Terminated"  # EC2 Auto Scaling replaces the interrupted instance
+    _until(lambda: hop.drainer.completed_hook, 5, "CompleteLifecycleAction")
+    (done,) = aws.recorder.of("CompleteLifecycleAction", InstanceId=inst.instance_id, LifecycleHookName=DRAIN_HOOK)
+    assert done.params["LifecycleActionResult"] == "CONTINUE"
+
+
 def test_scale_in_waits_for_a_busy_slot_with_heartbeats_then_continues(make_hop, local_server, instance, aws):
     inst, _ = instance
     key = local_server[1]

@@ -356,7 +356,7 @@ def test_a_spot_notice_then_the_group_taking_the_instance_drain_the_hop_on_the_i
     assert d.wait_boot_done(timeout=900) == "run-user-data: user data exited 0", d.diagnostics()
     steps = _steps(d)
     TIMINGS["drain_instance_healthy_s"] = steps.get("healthy; boot complete")
-    body = '{"messages":[{"role":"user","content":"Count to fifty."}],"max_tokens":48,"ignore_eos":true,"stream":true}'
+    body = '{"messages":[{"role":"user","content":"Count to ten."}],"max_tokens":16,"ignore_eos":true,"stream":true}'
     auth = f"-H 'Authorization: Bearer {world.api_key}' -H 'Content-Type: application/json'"
     d.sh(f"nohup curl -sN {auth} -d '{body}' http://127.0.0.1:8080/v1/chat/completions > /tmp/stream 2>&1 &")
     d.wait(lambda: "data: " in d.sh("cat /tmp/stream").stdout, 60, "the stream's first token", interval=0.2)
@@ -366,7 +366,7 @@ def test_a_spot_notice_then_the_group_taking_the_instance_drain_the_hop_on_the_i
     d.wait(lambda: _health(d) == "503", 30, "/health 503 after the notice", interval=0.5)
     refused = d.sh(f'curl -si {auth} -d \'{{"messages":[],"max_tokens":1}}\' http://127.0.0.1:8080/v1/chat/completions')
     assert refused.stdout.startswith("HTTP/1.1 503") and "retry-after:" in refused.stdout.lower(), refused.stdout
-    d.wait(lambda: "data: [DONE]" in d.sh("cat /tmp/stream").stdout, 120, "the stream's end", interval=0.5)
+    d.wait(lambda: "data: [DONE]" in d.sh("cat /tmp/stream").stdout, 110, "the stream's end", interval=0.5)
     streamed = time.time() - noticed
 
     def drain_metric(name: str) -> float:

@@ -34,3 +34,15 @@ class FleetSettings:
     rolling_batch: int = 1  # instances a rolling update launches beside the running ones
     spot: bool = False  # CPU stacks only: Spot capacity with capacity rebalancing
     off_hours: tuple[int, int] | None = None  # (stop, start) hour in Asia/Shanghai on weekdays: scale to zero
+    # The longest answer a drain waits for (scale-in, rolling update, warm-pool return): the report's longest
+    # generation, 2048 tokens at its slowest measured single stream, 4.56 tok/s (the ALB idle timeout's reasoning).
+    # A group at zero (off_hours, min_capacity 0) scales to one when the ALB answers a request itself with 503 for
+    # want of a target (stacks/scaling.py, FleetScaling): the first client retries until the instance is up.
+    wake_on_request: bool = False
+    longest_answer_tokens: int = 2048
+    slowest_decode_tok_s: float = 4.56
+
+    @property
+    def drain_deadline_s(self) -> int:
+        """Seconds an instance leaving the group keeps serving the streams it has: the longest expected answer."""
+        return -(-self.longest_answer_tokens * 100 // round(self.slowest_decode_tok_s * 100))

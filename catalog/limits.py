@@ -64,6 +64,8 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "warm_pool_size": (0, 100, "instances"),
         "rolling_batch": (1, 100, "instances"),
         "off_hours": (0, 23, "hour of the day"),
+        "longest_answer_tokens": (1, 262_144, "tokens"),
+        "slowest_decode_tok_s": (0.1, 10_000, "tok/s"),
     },
 }
 

@@ -20,6 +20,14 @@ SCRAPE_FAILED = "ScrapeFailed"  # 1 when a scrape failed, Count
 # slot-taking requests it let through that are not finished (processing or waiting in llama-server)
 REQUESTS_SHED = "RequestsShed"  # Count per scrape interval
 HOP_REQUESTS_IN_FLIGHT = "HopRequestsInFlight"  # gauge, Count
+# From the hop's drain (latencyproxy/drain.py), one datum each when a drain ends: a Spot notice or the instance
+# leaving the group. Streams that ended with their whole answer, streams still running at the end (cut), new
+# requests answered 503 meanwhile, and how long the drain took.
+DRAINS = "Drains"  # Count
+DRAIN_STREAMS_FINISHED = "DrainStreamsFinished"  # Count
+DRAIN_STREAMS_CUT = "DrainStreamsCut"  # Count
+DRAIN_REFUSED = "DrainRequestsRefused"  # Count
+DRAIN_SECONDS = "DrainSeconds"  # Seconds
 
 # Per-request distributions from the timing hop (latencyproxy), published as Values/Counts so that CloudWatch
 # computes fleet-wide percentiles (p50, p95, p99) itself

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from latencyproxy.drain import Drainer, DrainSettings
 from latencyproxy.gpu import GpuReader
 from latencyproxy.proxy import Admission, Limits, ProxyServer
 from runtime.names import SERVER_PORT, UPSTREAM_PORT
@@ -55,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--header-timeout", type=float, default=limits.header_timeout_s, help="s (default %(default)s)")
     p.add_argument("--body-timeout", type=float, default=limits.body_timeout_s, help="s between body pieces")
     p.add_argument("--max-connections", type=int, default=limits.max_connections, help="default %(default)s")
+    drain = p.add_argument_group("drain", "watch the instance metadata and drain on a notice (latencyproxy/drain.py)")
+    drain.add_argument("--drain-imds", metavar="URL", help="IMDS base URL, e.g. http://169.254.169.254 (off without)")
+    drain.add_argument(
+        "--drain-deadline", type=float, default=DrainSettings.deadline_s, help="s a lifecycle drain waits for streams"
+    )
+    drain.add_argument("--drain-hook", help="termination lifecycle hook to heartbeat and complete (none without)")
+    drain.add_argument("--region", help="AWS region for the lifecycle calls and the drain's metrics")
+    drain.add_argument("--namespace", help="CloudWatch namespace for the drain's counts (log only without)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request line")
     return p
 
@@ -77,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_files(limits.max_connections)
     try:
         admission = _admission(args)
+        drainer = None
+        if args.drain_imds:
+            drainer = Drainer(
+                DrainSettings(
+                    imds_url=args.drain_imds,
+                    deadline_s=args.drain_deadline,
+                    hook=args.drain_hook,
+                    region=args.region,
+                    namespace=args.namespace,
+                )
+            )
         server = ProxyServer(
             args.listen,
             args.upstream,
@@ -84,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             upstream_timeout_s=args.upstream_timeout,
             limits=limits,
             admission=admission,
+            drainer=drainer,
         )
     except (ValueError, OSError) as e:
         print(f"latencyproxy: {e}", file=sys.stderr)
@@ -94,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     host, port = server.server_address[:2]
     gpu_text = f"GPU gauges from {gpu.binary}" if gpu and gpu.binary else "no GPU gauges"
     shed = f"429 past {admission.limit} in flight" if admission.limit else "no admission limit"
+    watch = f"drain on IMDS notices ({args.drain_imds})" if drainer else "no drain watch"
     logging.getLogger("latencyproxy").info(
-        "listening on %s:%s, upstream %s, %s, %s", host, port, args.upstream, gpu_text, shed
+        "listening on %s:%s, upstream %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, watch
     )
     with server:
         server.serve_forever()

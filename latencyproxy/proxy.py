@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 import h11
 
+from latencyproxy.drain import Drainer, DrainState
 from latencyproxy.gpu import GpuReader
 from latencyproxy.metrics import RequestMetrics, RequestRecord, SseTokenScanner
 
@@ -103,6 +104,7 @@ class ProxyServer:
         upstream_timeout_s: float = 900.0,
         limits: Limits | None = None,
         admission: Admission | None = None,
+        drainer: Drainer | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
@@ -117,6 +119,8 @@ class ProxyServer:
         self.admission = admission or Admission()
         self.metrics.admission_limit = self.admission.limit
         self.in_flight = 0  # slot-taking requests admitted and not finished
+        self.drainer = drainer  # watches IMDS and drains on a notice (latencyproxy/drain.py)
+        self.drain: DrainState | None = None  # once set, new slot-taking requests get 503 until the process ends
         self.last_upstream_byte = 0.0  # time.monotonic() of the last byte read from llama-server
         self._connections: dict[_Connection, None] = {}  # insertion order: the oldest first
         self._sock = socket.create_server(listen, backlog=1024, reuse_port=False)
@@ -149,6 +153,21 @@ class ProxyServer:
     def server_close(self) -> None:
         self._sock.close()
 
+    def begin_drain(self, reason: str, deadline: float) -> DrainState:
+        """From the loop: stop taking requests; the ones admitted run on. `deadline` is a time.time()."""
+        if self.drain is None:
+            self.drain = DrainState(reason, deadline, running_at_start=self.in_flight)
+            left = deadline - time.time()
+            log.info("draining (%s): %d streams running, %.0f s to the deadline", reason, self.in_flight, left)
+        return self.drain
+
+    def end_drain(self) -> DrainState | None:
+        """Close the drain's books: what still runs now is counted as cut. New requests are still refused."""
+        drain = self.drain
+        if drain is not None and not drain.done:
+            drain.cut, drain.ended = self.in_flight, time.time()
+        return drain
+
     def hop_exposition(self) -> str:
         self.metrics.connections = len(self._connections)
         self.metrics.in_flight = self.in_flight
@@ -158,11 +177,14 @@ class ProxyServer:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         server = await asyncio.start_server(self._accept, sock=self._sock, limit=READ_SIZE)
+        watch = asyncio.create_task(self.drainer.run(self)) if self.drainer is not None else None
         self._started.set()
         try:
             await self._stop.wait()
         finally:
             server.close()
+            if watch is not None:
+                watch.cancel()
             tasks = [c.task for c in self._connections if c.task is not None]
             for task in tasks:
                 task.cancel()
@@ -336,7 +358,7 @@ class _Connection:
         """An error answer the hop writes itself; with close, the connection ends after it."""
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
-        kind = {429: "rate_limit_error", 413: "invalid_request_error"}.get(status, "invalid_request_error")
+        kind = {429: "rate_limit_error", 503: "unavailable_error"}.get(status, "invalid_request_error")
         headers = [(b"connection", b"close")] if close else []
         with contextlib.suppress(_ClientGone, h11.LocalProtocolError):
             await self._reply(status, error_body(status, message, kind), extra=[*headers, *extra])
@@ -387,6 +409,19 @@ class _Connection:
         slot = method == "POST" and route in SLOT_PATHS
         measured = method == "POST" and route in GENERATION_PATHS
         record = RequestRecord(started) if measured else None
+        if slot and server.drain is not None:  # leaving: another instance takes the retry
+            server.drain.refused += 1
+            if record is not None:
+                record.status = 503
+                server.metrics.observe(record)
+            keep = length is not None and length <= DRAIN_ON_REFUSAL and await self._drain_body(DRAIN_ON_REFUSAL)
+            await self._refuse(
+                503,
+                f"this instance is draining ({server.drain.reason}); retry, another instance will answer",
+                close=not keep,
+                extra=[(b"retry-after", b"%d" % server.admission.retry_after_s)],
+            )
+            return
         limit = server.admission.limit
         if slot and limit is not None and server.in_flight >= limit:
             server.metrics.shed += 1
@@ -403,11 +438,18 @@ class _Connection:
             return
         if slot:
             server.in_flight += 1
+        exchange = _Exchange(self, request, route, chunked, record)
         try:
-            await _Exchange(self, request, route, chunked, record).run()
+            await exchange.run()
         finally:
             if slot:
                 server.in_flight -= 1
+                drain = server.drain
+                if drain is not None and not drain.done:  # admitted before the drain began
+                    if exchange.completed:
+                        drain.finished += 1
+                    else:
+                        drain.broken += 1
 
     def _check(self, request: h11.Request) -> tuple[str, int | None, bool]:
         """(route as llama-server matches it, Content-Length, chunked), or _Refused for what is not forwarded."""
@@ -428,6 +470,13 @@ class _Connection:
     async def _health(self, request: h11.Request) -> None:
         """llama-server's own /health when it answers in time; otherwise an answer from what the hop saw."""
         server = self.server
+        if server.drain is not None:  # the target group's health check: stop choosing this instance
+            await self._reply(
+                503,
+                error_body(503, f"draining ({server.drain.reason})", "unavailable_error"),
+                extra=[(b"retry-after", b"%d" % server.admission.retry_after_s)],
+            )
+            return
         try:
             status, headers, body = await asyncio.wait_for(
                 _fetch(server, request, limit=65536), self.limits.health_timeout_s
@@ -527,6 +576,7 @@ class _Exchange:
         self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
         self.head_sent = False
         self._up_read: asyncio.Future[bytes] | None = None
+        self.completed = False  # the whole answer reached the client
 
     async def run(self) -> None:
         server, conn = self.server, self.conn
@@ -651,6 +701,7 @@ class _Exchange:
                         record.timings = _timings(bytes(kept))
                 # llama-server may answer before the body is in: then the client's h11 is not DONE and run() closes
                 await conn._send(h11.EndOfMessage())
+                self.completed = True
                 if record is not None:
                     server.metrics.observe(record)
                 return

@@ -1,6 +1,6 @@
 """AWS behind its own endpoints: moto in server mode, fronted by a recorder that records every call and answers
-the two moto lacks (CloudFormation SignalResource, Auto Scaling CompleteLifecycleAction), checked against what
-moto holds (the group and its hook exist), as AWS would.
+the ones moto lacks (CloudFormation SignalResource, Auto Scaling CompleteLifecycleAction and
+RecordLifecycleActionHeartbeat), checked against what moto holds (the group and its hook exist), as AWS would.
 
 Served on 127.0.0.1 over HTTP (the SDKs and the CLI, through AWS_ENDPOINT_URL) and over TLS with the rehearsal
 CA (the awslogs log driver, which reaches CloudWatch Logs by its regional name).
@@ -63,8 +63,8 @@ class Recorder:
             return [body]
         if action == "SignalResource":
             return _query_answer(start_response, "SignalResource", _cloudformation_ns, None)
-        if action == "CompleteLifecycleAction":
-            return _query_answer(start_response, action, _autoscaling_ns, _check_lifecycle_action(params))
+        if action in ("CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"):
+            return _query_answer(start_response, action, _autoscaling_ns, _check_lifecycle_action(action, params))
         return self.app(environ, start_response)
 
     def of(self, action: str, **params: str) -> list[Call]:
@@ -101,7 +101,7 @@ def iam_action(call: Call) -> str:
     return f"{prefix}:{call.action.rsplit('.', 1)[-1]}"
 
 
-def _check_lifecycle_action(params: dict[str, str]) -> str | None:
+def _check_lifecycle_action(action: str, params: dict[str, str]) -> str | None:
     from moto.autoscaling.models import autoscaling_backends
 
     region = "cn-northwest-1"
@@ -111,7 +111,7 @@ def _check_lifecycle_action(params: dict[str, str]) -> str | None:
         return f"Group {group} not found"
     if f"{group}_{hook}" not in backend.lifecycle_hooks:
         return f"No Lifecycle Hook found with name {hook} for group {group}"
-    if params.get("LifecycleActionResult") not in ("CONTINUE", "ABANDON"):
+    if action == "CompleteLifecycleAction" and params.get("LifecycleActionResult") not in ("CONTINUE", "ABANDON"):
         return "LifecycleActionResult must be CONTINUE or ABANDON"
     if not params.get("InstanceId") and not params.get("LifecycleActionToken"):
         return "InstanceId or LifecycleActionToken is required"

@@ -95,7 +95,13 @@ class World:
 
     def _deploy(self, image_uri: str) -> BootSettings:
         """What `cdk deploy` leaves behind for an instance to use, in moto."""
-        from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, release_parameter_name
+        from stacks.fleet import (
+            DRAIN_HEARTBEATS_MISSED,
+            DRAIN_HOOK,
+            GROUP_LOGICAL_ID,
+            READY_HOOK,
+            release_parameter_name,
+        )
 
         s3, sm, ssm, logs, asg = (self.aws.client(s) for s in ("s3", "secretsmanager", "ssm", "logs", "autoscaling"))
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
@@ -119,6 +125,13 @@ class World:
             LifecycleTransition="autoscaling:EC2_INSTANCE_LAUNCHING",
             HeartbeatTimeout=self.profile.fleet.model_load_s,
             DefaultResult="ABANDON",
+        )
+        asg.put_lifecycle_hook(  # the hop completes it when it has drained (latencyproxy/drain.py)
+            AutoScalingGroupName=GROUP,
+            LifecycleHookName=DRAIN_HOOK,
+            LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+            HeartbeatTimeout=names.DRAIN_HEARTBEAT_S * DRAIN_HEARTBEATS_MISSED,
+            DefaultResult="CONTINUE",
         )
         return BootSettings(
             region=REGION,

@@ -2,7 +2,8 @@
 
 Token first (PUT /latest/api/token with a TTL header, refused when forwarded, as EC2 does), then every GET needs
 it. Answers instance-id, placement, the instance's tags (the Auto Scaling group name), the role's credentials
-and the user data. Every request is recorded.
+and the user data, and the notices a test sets (Spot interruption, rebalance, target lifecycle state; absent
+items answer 404, as EC2's do until there is a notice). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class Instance:
     user_data: str
     hostname: str = "ip-10-0-1-23.cn-northwest-1.compute.internal"
     tags: dict[str, str] = field(default_factory=dict)
+    # Items a test sets while the instance runs, as EC2 would: "meta-data/spot/instance-action",
+    # "meta-data/events/recommendations/rebalance", "meta-data/autoscaling/target-lifecycle-state"
+    notices: dict[str, str] = field(default_factory=dict)
 
     def metadata(self) -> dict[str, str]:
         now = datetime.datetime.now(datetime.UTC)
@@ -66,6 +70,7 @@ class Instance:
             f"meta-data/iam/security-credentials/{self.role}": json.dumps(credentials),
             "dynamic/instance-identity/document": json.dumps(document),
             "user-data": self.user_data,
+            **self.notices,
         }
 
 

@@ -42,6 +42,10 @@ API_KEY_SCRIPT = f"/usr/local/bin/{PRODUCT}-api-key"
 # AWS names
 METRICS_NAMESPACE = "GgufServe/LlamaServer"  # CloudWatch; the IAM condition on PutMetricData names it
 LIFECYCLE_HOOK = f"{PRODUCT}-ready"  # launch hook the instance completes once /health answers 200
+DRAIN_HOOK = f"{PRODUCT}-drain"  # termination hook the hop completes once its streams are done (latencyproxy.drain)
+# The hop records a heartbeat on the drain hook this often while streams run; the hook's timeout is three of these,
+# so a hop that died releases the instance within minutes while a live one holds it up to the drain deadline.
+DRAIN_HEARTBEAT_S = 60
 
 # This machine: llama-server builds, staged image sources, test tiers (outside the checkout)
 LOCAL_CACHE = PRODUCT  # under $XDG_CACHE_HOME or ~/.cache; $LLAMA_SERVER_CACHE overrides the whole path

@@ -121,6 +121,8 @@ def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingPro
         # PutWarmPool "cannot be called on an Auto Scaling group that has a mixed instances policy or a launch
         # template ... that requests Spot Instances" (EC2 Auto Scaling API Reference): Spot groups go without one.
         warm_pool_size=0 if spot else profile.fleet.warm_pool_size if options.warm_pool is None else options.warm_pool,
+        min_capacity=profile.fleet.min_capacity if options.min_capacity is None else options.min_capacity,
+        wake_on_request=options.wake_on_request,
     )
     return replace(profile, fleet=fleet)
 

@@ -14,13 +14,14 @@ from constructs import Construct
 
 from catalog import ServingProfile
 from fleetmetrics import names
-from runtime.names import LIFECYCLE_HOOK
+from runtime.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
 GROUP_LOGICAL_ID = "ServingGroup"  # fixed so user data can signal it before the group exists
 READY_HOOK = LIFECYCLE_HOOK  # launch lifecycle hook, completed by the instance once /health answers 200
+DRAIN_HEARTBEATS_MISSED = 3  # the drain hook times out (CONTINUE) after this many DRAIN_HEARTBEAT_S without one
 
 
 def release_parameter_name(stack_name: str) -> str:
@@ -148,13 +149,28 @@ class ServingFleet(Construct):
             "Scaling activity is visible in the group's activity history and CloudWatch group metrics.",
         )
         # Warm-pool and scale-out instances join only after /health answers 200 (the hook is released then).
-        self.asg.add_lifecycle_hook(
+        ready = self.asg.add_lifecycle_hook(
             "Ready",
             lifecycle_hook_name=READY_HOOK,
             lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
             heartbeat_timeout=boot,
             default_result=autoscaling.DefaultResult.ABANDON,
         )
+        # Scale-in, rolling updates, capacity rebalancing and a return to the warm pool all pass this hook: the hop
+        # sees autoscaling/target-lifecycle-state change in IMDS, answers new requests 503 + Retry-After, records a
+        # heartbeat while its streams run and completes CONTINUE when they are done or at fleet.drain_deadline_s.
+        # The ALB deregisters the instance first (deregistration delay: the backstop); a terminating instance waits
+        # in Terminating:Wait, one going back to the warm pool in Warmed:Pending:Wait (EC2 Auto Scaling User Guide,
+        # "How lifecycle hooks work" and "Use lifecycle hooks with a warm pool", docs.amazonaws.cn).
+        drain = self.asg.add_lifecycle_hook(
+            "Drain",
+            lifecycle_hook_name=DRAIN_HOOK,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
+            heartbeat_timeout=Duration.seconds(DRAIN_HEARTBEAT_S * DRAIN_HEARTBEATS_MISSED),
+            default_result=autoscaling.DefaultResult.CONTINUE,
+        )
+        self.hooks: list[autoscaling.LifecycleHook] = [ready, drain]  # the warm pool waits for both (FleetScaling)
+        self.drain_deadline_s = fleet.drain_deadline_s
         stack = Stack.of(self)
         # The instance reports itself healthy to CloudFormation and to its lifecycle hook.
         self.role.add_to_policy(
@@ -166,8 +182,12 @@ class ServingFleet(Construct):
             resource_name=f"*:autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
+        # Both take an autoScalingGroup resource (Service Authorization Reference, Amazon EC2 Auto Scaling).
         self.role.add_to_policy(
-            iam.PolicyStatement(actions=["autoscaling:CompleteLifecycleAction"], resources=[group_arn])
+            iam.PolicyStatement(
+                actions=["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
+                resources=[group_arn],
+            )
         )
         self.role.add_to_policy(
             iam.PolicyStatement(

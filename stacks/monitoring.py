@@ -1,5 +1,6 @@
 """One dashboard per stack and the alarms an operator needs: no healthy host, 5xx rate, queued requests, slow first
-tokens (P95 TTFT from the timing hop's distributions, computed by CloudWatch across the fleet)."""
+tokens (P95 TTFT from the timing hop's distributions, computed by CloudWatch across the fleet), streams cut by a
+drain (a Spot interruption or a scale-in that ran out of time)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,21 @@ class ServiceMonitoring(Construct):
             alarm_description=f"{profile.stack_name}: requests queue in llama-server; scaling is not keeping up",
         )
 
+        # The hop's drain (latencyproxy/drain.py) puts one datum per drain; no drain, no data (not breaching).
+        cut = group_metric(asg, names.DRAIN_STREAMS_CUT, "Sum").with_(period=FIVE_MIN)
+        self.streams_cut = cut.create_alarm(
+            self,
+            "DrainStreamsCut",
+            threshold=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(
+                f"{profile.stack_name}: streams were still running when an instance left (a Spot interruption, or "
+                f"a drain past its {profile.fleet.drain_deadline_s} s deadline); clients saw a cut answer"
+            ),
+        )
+
         ttft_p95_limit = TTFT_P95_ALARM_S["gpu" if profile.hardware.has_gpu else "cpu"]
         self.ttft_p95 = (
             group_metric(asg, names.TTFT, "p95")
@@ -123,8 +139,32 @@ class ServiceMonitoring(Construct):
                 ],
             ),
             _graph("Healthy hosts", [healthy]),
+            _graph(
+                "Drains: streams finished / cut, new requests answered 503 (Spot notices, scale-in, updates)",
+                [
+                    group_metric(asg, names.DRAINS, "Sum").with_(period=FIVE_MIN, label="drains"),
+                    group_metric(asg, names.DRAIN_STREAMS_FINISHED, "Sum").with_(period=FIVE_MIN, label="finished"),
+                    cut.with_(label="cut"),
+                    group_metric(asg, names.DRAIN_REFUSED, "Sum").with_(period=FIVE_MIN, label="refused 503"),
+                ],
+            ),
+            _graph(
+                "Wake-ups: instances in service / desired, ALB 503s with no healthy target",
+                [
+                    _group_size(asg, "GroupInServiceInstances"),
+                    _group_size(asg, "GroupDesiredCapacity"),
+                    # The ALB answers 503 itself when no target is registered or healthy (a group at zero): ELB
+                    # User Guide, "HTTP 503: Service unavailable", docs.amazonaws.cn.
+                    alb.metrics.http_code_elb(
+                        elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
+                    ),
+                    group_metric(asg, names.DRAIN_SECONDS, "Maximum").with_(label="longest drain, s"),
+                ],
+            ),
             cloudwatch.AlarmStatusWidget(
-                title="Alarms", alarms=[self.no_healthy_hosts, self.error_rate, self.backlog, self.ttft_p95], width=12
+                title="Alarms",
+                alarms=[self.no_healthy_hosts, self.error_rate, self.backlog, self.ttft_p95, self.streams_cut],
+                width=12,
             ),
         ]
         if profile.mtp:
@@ -143,6 +183,17 @@ class ServiceMonitoring(Construct):
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{profile.stack_name}-llama")
         for i in range(0, len(widgets), 2):
             self.dashboard.add_widgets(*widgets[i : i + 2])
+
+
+def _group_size(asg: autoscaling.AutoScalingGroup, metric_name: str) -> cloudwatch.Metric:
+    """EC2 Auto Scaling's own group metrics (the group enables all of them: group_metrics in stacks/fleet.py)."""
+    return cloudwatch.Metric(
+        namespace="AWS/AutoScaling",
+        metric_name=metric_name,
+        dimensions_map={"AutoScalingGroupName": asg.auto_scaling_group_name},
+        statistic="Maximum",
+        period=Duration.minutes(1),
+    )
 
 
 def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:

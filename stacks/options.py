@@ -39,6 +39,8 @@ OPTION_NAMES = (
     "spot",
     "offHours",
     "warmPool",
+    "minCapacity",
+    "wakeOnRequest",
     "imageBuildArgs",
     "arm64Builder",
     "debianMirror",
@@ -58,6 +60,8 @@ class DeployOptions:
     spot: bool = False  # CPU stacks: all Spot, capacity-optimized, with capacity rebalancing
     off_hours: tuple[int, int] | None = None  # (stop, start) hours, weekdays, Asia/Shanghai: scale to zero
     warm_pool: int | None = None  # stopped instances that hold the verified model; 0: none; None: the profile's
+    min_capacity: int | None = None  # instances always running; 0: none between requests; None: the profile's
+    wake_on_request: bool = False  # a group at zero scales to one on the first request (ALB 503 -> alarm)
     image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
     arm64_builder: str = DEFAULT_ARM64_BUILDER  # "cross": x86 CodeBuild, cross-compiled; "native": ARM_CONTAINER
     debian_mirror: str = DEFAULT_DEBIAN_MIRROR  # where the image roots come from; signatures checked, so any mirror
@@ -78,10 +82,16 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             spot=_flag(raw.get("spot"), "spot"),
             off_hours=_off_hours(raw.get("offHours")),
             warm_pool=_count(raw["warmPool"], "warmPool") if "warmPool" in raw else None,
+            min_capacity=_count(raw["minCapacity"], "minCapacity") if "minCapacity" in raw else None,
+            wake_on_request=_flag(raw.get("wakeOnRequest"), "wakeOnRequest"),
             image_build_args=_build_args(raw.get("imageBuildArgs")),
             arm64_builder=_choice(raw.get("arm64Builder", DEFAULT_ARM64_BUILDER), "arm64Builder", ARM64_BUILDERS),
             debian_mirror=_mirror(raw.get("debianMirror")),
         )
+        if options.wake_on_request and options.off_hours is None and options.min_capacity != 0:
+            raise _Bad(
+                "wakeOnRequest", "nothing to wake: the group is never at zero; add -c offHours=20-8 or -c minCapacity=0"
+            )
     except _Bad as bad:
         raise DeployOptionError(f"{bad.option} (from {where.get(bad.option, 'default')}): {bad}") from None
     return options

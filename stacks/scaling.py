@@ -3,12 +3,15 @@ of loaded instances."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Duration
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from constructs import Construct
 
-from catalog import ServingProfile
+from catalog.fleet import FleetSettings
 from fleetmetrics import names
 
 
@@ -22,12 +25,117 @@ def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic:
     )
 
 
+def step_scale_out(
+    asg: autoscaling.AutoScalingGroup,
+    construct_id: str,
+    *,
+    metric: cloudwatch.Metric,
+    steps: Sequence[tuple[float, int]],
+    evaluation_periods: int,
+    warmup: Duration,
+) -> autoscaling.StepScalingAction:
+    """Scale-out steps ((lower bound, instances to add), ascending) on one alarm at the first bound.
+
+    The resources `asg.scale_on_metric` makes for the same steps, under the same construct ids (so the same logical
+    ids and properties), without the `cooldown` it always hands its StepScalingAction: cooldowns apply to simple
+    scaling policies only (EC2 Auto Scaling User Guide, "Step and simple scaling policies"), so CDK ignored it and
+    warned that the setting is deprecated. The steps with no change below the first bound are implicit: no alarm.
+    """
+    scope = Construct(asg, construct_id)
+    threshold = steps[0][0]
+    statistic = metric.to_metric_config().metric_stat.statistic  # type: ignore[union-attr]
+    action = autoscaling.StepScalingAction(
+        scope,
+        "UpperPolicy",
+        auto_scaling_group=asg,
+        adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+        estimated_instance_warmup=warmup,
+        metric_aggregation_type=_AGGREGATION.get(statistic, autoscaling.MetricAggregationType.AVERAGE),
+    )
+    for i, (lower, change) in enumerate(steps):
+        upper = steps[i + 1][0] - threshold if i + 1 < len(steps) else None
+        action.add_adjustment(adjustment=change, lower_bound=lower - threshold, upper_bound=upper)
+    alarm = cloudwatch.Alarm(
+        scope,
+        "UpperAlarm",
+        metric=metric,
+        alarm_description="Upper threshold scaling alarm",
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluation_periods=evaluation_periods,
+        threshold=threshold,
+    )
+    alarm.add_alarm_action(cloudwatch_actions.AutoScalingAction(action))
+    return action
+
+
+_AGGREGATION = {  # what scale_on_metric derives from the metric's statistic
+    "Average": autoscaling.MetricAggregationType.AVERAGE,
+    "Minimum": autoscaling.MetricAggregationType.MINIMUM,
+    "Maximum": autoscaling.MetricAggregationType.MAXIMUM,
+}
+
+
+def wake_on_request(
+    asg: autoscaling.AutoScalingGroup, *, no_target_503: cloudwatch.IMetric, warmup: Duration
+) -> autoscaling.StepScalingAction:
+    """A group at zero goes to one instance when the ALB answered requests itself with 503 in the last minute.
+
+    With no registered target the ALB answers 503 and counts it in HTTPCode_ELB_503_Count (ELB User Guide for
+    Application Load Balancers, "Troubleshoot your Application Load Balancers", HTTP 503, docs.amazonaws.cn);
+    the group's own GroupInServiceInstances (group metrics are on: stacks/fleet.py) says it is at zero. Both are
+    one-minute metrics, so the scale-out starts one to two minutes after the first refused request (not measured
+    without an account). ExactCapacity 1: the alarm staying in ALARM while the instance boots changes nothing.
+    The client gets the ALB's bare 503, without Retry-After: it retries until the instance is in service.
+    """
+    scope = Construct(asg, "WakeOnRequest")
+    in_service = cloudwatch.Metric(
+        namespace="AWS/AutoScaling",
+        metric_name="GroupInServiceInstances",
+        dimensions_map={"AutoScalingGroupName": asg.auto_scaling_group_name},
+        statistic="Maximum",
+        period=Duration.minutes(1),
+    )
+    asleep_and_asked = cloudwatch.MathExpression(
+        expression="IF(FILL(served, 0) < 1 AND FILL(refused, 0) > 0, 1, 0)",
+        using_metrics={"served": in_service, "refused": no_target_503},
+        label="requests refused by the ALB while the group is at zero",
+        period=Duration.minutes(1),
+    )
+    action = autoscaling.StepScalingAction(
+        scope,
+        "Policy",
+        auto_scaling_group=asg,
+        adjustment_type=autoscaling.AdjustmentType.EXACT_CAPACITY,
+        estimated_instance_warmup=warmup,
+    )
+    action.add_adjustment(adjustment=1, lower_bound=0)
+    alarm = asleep_and_asked.create_alarm(
+        scope,
+        "Alarm",
+        threshold=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluation_periods=1,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description="A request reached the load balancer while the group was at zero: scale to one",
+    )
+    alarm.add_alarm_action(cloudwatch_actions.AutoScalingAction(action))
+    return action
+
+
 class FleetScaling(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, profile: ServingProfile, asg: autoscaling.AutoScalingGroup
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        fleet: FleetSettings,
+        asg: autoscaling.AutoScalingGroup,
+        hooks: Sequence[autoscaling.LifecycleHook] = (),
+        no_target_503: cloudwatch.IMetric | None = None,
     ) -> None:
+        """`hooks`: lifecycle hooks the warm pool is created after, so that no warm instance launches without them.
+        `no_target_503`: the ALB's own 503s (HTTPCode_ELB_503_Count, Sum), which wake a group at zero."""
         super().__init__(scope, construct_id)
-        fleet = profile.fleet
         warmup = Duration.seconds(fleet.model_load_s)
         self.busy_slots = asg.scale_to_track_metric(
             "BusySlots",
@@ -37,45 +145,51 @@ class FleetScaling(Construct):
             estimated_instance_warmup=warmup,
         )
         # Target tracking reacts slowly to a queue; a step policy adds capacity as soon as requests wait.
-        self.deferred = asg.scale_on_metric(
+        self.deferred = step_scale_out(
+            asg,
             "DeferredRequests",
             metric=group_metric(asg, names.REQUESTS_DEFERRED, "Maximum"),
-            scaling_steps=[
-                autoscaling.ScalingInterval(upper=0, change=0),
-                autoscaling.ScalingInterval(lower=fleet.deferred_scale_out, change=1),
-                autoscaling.ScalingInterval(lower=fleet.deferred_scale_out * 4, change=2),
-            ],
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            steps=[(fleet.deferred_scale_out, 1), (fleet.deferred_scale_out * 4, 2)],
             evaluation_periods=2,
-            estimated_instance_warmup=warmup,
+            warmup=warmup,
         )
         # The hop answers 429 past slots * (1 + queue_per_slot): the deferred queue stops growing there, so a shed
         # request is the overload signal. One minute with any shed adds an instance; many add two.
-        self.shed = asg.scale_on_metric(
+        self.shed = step_scale_out(
+            asg,
             "ShedRequests",
             metric=group_metric(asg, names.REQUESTS_SHED, "Sum"),
-            scaling_steps=[
-                autoscaling.ScalingInterval(upper=0, change=0),
-                autoscaling.ScalingInterval(lower=1, change=1),
-                autoscaling.ScalingInterval(lower=fleet.shed_scale_out_many, change=2),
-            ],
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            steps=[(1, 1), (fleet.shed_scale_out_many, 2)],
             evaluation_periods=1,
-            estimated_instance_warmup=warmup,
+            warmup=warmup,
         )
         if fleet.off_hours is not None:
             stop, start = fleet.off_hours
             for name, hour, low in (("OffHours", stop, 0), ("WorkHours", start, fleet.min_capacity)):
+                # Off hours hold the group at zero (max 0); with wake_on_request they only bring it to zero
+                # (desired 0) and leave the maximum, so that a request can scale it out again.
+                asleep = low == 0 and not fleet.wake_on_request
                 asg.scale_on_schedule(
                     name,
                     schedule=autoscaling.Schedule.cron(minute="0", hour=str(hour), week_day="MON-FRI"),
                     time_zone="Asia/Shanghai",
                     min_capacity=low,
-                    max_capacity=0 if low == 0 else fleet.max_capacity,
+                    max_capacity=0 if asleep else fleet.max_capacity,
+                    desired_capacity=0 if low == 0 and fleet.wake_on_request else None,
                 )
+        if fleet.wake_on_request:
+            if no_target_503 is None:
+                raise ValueError("wake_on_request needs the load balancer's HTTPCode_ELB_503_Count")
+            self.wake = wake_on_request(asg, no_target_503=no_target_503, warmup=warmup)
         if fleet.warm_pool_size:
             self.warm_pool = asg.add_warm_pool(
                 min_size=fleet.warm_pool_size,
                 pool_state=autoscaling.PoolState.STOPPED,  # Hibernated is not available in China
                 reuse_on_scale_in=True,
             )
+            # Without this, CloudFormation creates the pool and the hooks in parallel (both only reference the
+            # group), and EC2 Auto Scaling stops a warm instance as soon as it has launched when no launch hook
+            # holds it, whether or not its user data has finished (User Guide, "Use lifecycle hooks with a warm
+            # pool"). With it, every warm instance waits in Warmed:Pending:Wait until the ready unit completes.
+            for hook in hooks:
+                self.warm_pool.node.add_dependency(hook)

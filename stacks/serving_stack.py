@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import Aspects, Aws, CfnOutput, RemovalPolicy, Stack
+from aws_cdk import Aspects, Aws, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -81,7 +82,12 @@ class ServingStack(Stack):
             certificate_arn=certificate_arn,
         )
         self.target_group = lb.target_group
-        self.scaling = FleetScaling(self, "Scaling", profile=profile, asg=fleet.asg)
+        no_target_503 = lb.alb.metrics.http_code_elb(
+            elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
+        )
+        self.scaling = FleetScaling(
+            self, "Scaling", fleet=f, asg=fleet.asg, hooks=fleet.hooks, no_target_503=no_target_503
+        )
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
         )

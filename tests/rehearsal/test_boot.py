@@ -341,3 +341,57 @@ def test_every_call_the_instances_made_is_granted_to_the_instance_role(world, co
     assert expected <= needed, needed  # the recorder saw the instances' own calls
     TIMINGS["instance_role_actions_used"] = sorted(needed)
     assert needed <= instance_role_actions, f"not granted: {sorted(needed - instance_role_actions)}"
+
+
+def test_a_spot_notice_then_the_group_taking_the_instance_drain_the_hop_on_the_instance(world):
+    """The drain's wiring on a real boot (the drain itself: tests/latencyproxy/test_drain.py): the hop unit reads
+    the notices through the instance's IMDS, answers 503 + Retry-After, lets a stream finish, puts the counts to
+    CloudWatch with the role's credentials, and completes the drain hook when the group takes the instance."""
+    from latencyproxy.drain import SPOT_ACTION, TARGET_STATE
+    from runtime.names import DRAIN_HOOK
+
+    d = world.instance("i-0a00000000000d7a1")
+    d.imds.instance.notices[TARGET_STATE] = "InService"
+    d.start()
+    assert d.wait_boot_done(timeout=900) == "run-user-data: user data exited 0", d.diagnostics()
+    steps = _steps(d)
+    TIMINGS["drain_instance_healthy_s"] = steps.get("healthy; boot complete")
+    body = '{"messages":[{"role":"user","content":"Count to ten."}],"max_tokens":16,"ignore_eos":true,"stream":true}'
+    auth = f"-H 'Authorization: Bearer {world.api_key}' -H 'Content-Type: application/json'"
+    d.sh(f"nohup curl -sN {auth} -d '{body}' http://127.0.0.1:8080/v1/chat/completions > /tmp/stream 2>&1 &")
+    d.wait(lambda: "data: " in d.sh("cat /tmp/stream").stdout, 60, "the stream's first token", interval=0.2)
+    noticed = time.time()
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(noticed + 120))
+    d.imds.instance.notices[SPOT_ACTION] = json.dumps({"action": "terminate", "time": deadline})
+    d.wait(lambda: _health(d) == "503", 30, "/health 503 after the notice", interval=0.5)
+    refused = d.sh(f'curl -si {auth} -d \'{{"messages":[],"max_tokens":1}}\' http://127.0.0.1:8080/v1/chat/completions')
+    assert refused.stdout.startswith("HTTP/1.1 503") and "retry-after:" in refused.stdout.lower(), refused.stdout
+    d.wait(lambda: "data: [DONE]" in d.sh("cat /tmp/stream").stdout, 110, "the stream's end", interval=0.5)
+    streamed = time.time() - noticed
+
+    def drain_metric(name: str) -> float:
+        cw = world.aws.client("cloudwatch")
+        stats = cw.get_metric_statistics(
+            Namespace=world.boot.metrics_namespace, MetricName=name, Period=60, Statistics=["Sum"],
+            StartTime=time.time() - 900, EndTime=time.time() + 60,
+            Dimensions=[{"Name": fleet_names.DIM_GROUP, "Value": GROUP},
+                        {"Name": fleet_names.DIM_INSTANCE, "Value": d.instance_id}],
+        )  # fmt: skip
+        return sum(p["Sum"] for p in stats["Datapoints"])
+
+    d.wait(lambda: drain_metric(fleet_names.DRAINS) == 1, 30, "the drain's PutMetricData")
+    finished, cut = drain_metric(fleet_names.DRAIN_STREAMS_FINISHED), drain_metric(fleet_names.DRAIN_STREAMS_CUT)
+    d.imds.instance.notices[TARGET_STATE] = "Terminated"  # the group replaces the interrupted instance
+    calls = world.aws.recorder
+    d.wait(
+        lambda: calls.of("CompleteLifecycleAction", InstanceId=d.instance_id, LifecycleHookName=DRAIN_HOOK),
+        30,
+        "CompleteLifecycleAction on the drain hook",
+    )
+    (done,) = calls.of("CompleteLifecycleAction", InstanceId=d.instance_id, LifecycleHookName=DRAIN_HOOK)
+    TIMINGS["drain_spot"] = {"finished": finished, "cut": cut, "stream_end_after_notice_s": round(streamed, 1)}
+    print(f"\nrehearsal drain: healthy {steps.get('healthy; boot complete')} s after start; after the notice the "
+          f"stream ended in {streamed:.1f} s; {finished:g} completed, {cut:g} cut; drain hook CONTINUE")  # fmt: skip
+    assert (finished, cut) == (1, 0)
+    assert done.params["LifecycleActionResult"] == "CONTINUE" and done.params["AutoScalingGroupName"] == GROUP
+    assert done.key == ROLE_ACCESS_KEY  # signed with the instance role's credentials from IMDS

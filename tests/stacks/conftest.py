@@ -27,6 +27,8 @@ DOCUMENTED = {
     "native-arm64-builder": {"arm64Builder": "native"},
     "beijing": {"region": "cn-north-1"},
     "cost-saver": {"spot": "true", "offHours": "20-8"},
+    "scale-from-zero": {"minCapacity": "0", "wakeOnRequest": "true"},
+    "off-hours-wake": {"offHours": "20-8", "wakeOnRequest": "true"},
     "locked-down": {"allowedCidrs": "10.8.0.0/16", "certificateArn": CERT, "offHours": "20-8"},
 }
 

@@ -190,3 +190,44 @@ class TestTheRealCli:
         assert "no credentials have been configured" in out.stderr, out.stderr[-2000:]
         bad = self._cdk(tmp_path, "bootstrap", "aws-cn://123456789012/cn-northwest-1", cwd=tmp_path)
         assert "Expected environment name in format 'aws://<account>/<region>'" in bad.stderr
+
+
+def _wake_alarms(doc: dict) -> list[dict]:
+    alarms = _resources(doc, "AWS::CloudWatch::Alarm").values()
+    return [
+        a["Properties"] for a in alarms if "while the group was at zero" in a["Properties"].get("AlarmDescription", "")
+    ]
+
+
+def test_a_group_at_zero_wakes_on_the_alb_503s(synthesized):
+    for stack in STACK_NAMES:
+        doc = _template(synthesized["scale-from-zero"], stack)
+        (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup").values()
+        assert group["Properties"]["MinSize"] == "0"
+        (alarm,) = _wake_alarms(doc)
+        metrics = {m["Id"]: m for m in alarm["Metrics"]}
+        (expression,) = [m["Expression"] for m in metrics.values() if "Expression" in m]
+        assert expression == "IF(FILL(served, 0) < 1 AND FILL(refused, 0) > 0, 1, 0)"
+        names = {m["MetricStat"]["Metric"]["MetricName"] for m in metrics.values() if "MetricStat" in m}
+        assert names == {"HTTPCode_ELB_503_Count", "GroupInServiceInstances"}
+        (action,) = alarm["AlarmActions"]
+        policy = doc["Resources"][action["Ref"]]["Properties"]
+        assert policy["AdjustmentType"] == "ExactCapacity"
+        assert policy["StepAdjustments"] == [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
+        assert not _wake_alarms(_template(synthesized["off-hours"], stack))  # opt-in only
+
+
+def test_off_hours_with_wake_leave_the_maximum_so_a_request_can_scale_out(synthesized):
+    for stack in STACK_NAMES:
+        woken = _resources(_template(synthesized["off-hours-wake"], stack), "AWS::AutoScaling::ScheduledAction")
+        asleep = _resources(_template(synthesized["off-hours"], stack), "AWS::AutoScaling::ScheduledAction")
+        off = [a["Properties"] for a in woken.values() if a["Properties"]["MinSize"] == 0]
+        assert len(off) == 1 and off[0]["DesiredCapacity"] == 0 and off[0]["MaxSize"] > 0
+        assert [a["Properties"]["MaxSize"] for a in asleep.values() if a["Properties"]["MinSize"] == 0] == [0]
+        assert _wake_alarms(_template(synthesized["off-hours-wake"], stack))
+
+
+def test_wake_on_request_without_a_group_at_zero_is_refused(tmp_path):
+    with pytest.raises(DeployOptionError, match="wakeOnRequest.*nothing to wake"):
+        load_options({"wakeOnRequest": "true"}, tmp_path / "absent.toml")
+    assert load_options({"minCapacity": "0", "wakeOnRequest": "true"}, tmp_path / "absent.toml").min_capacity == 0

@@ -14,7 +14,7 @@ from stacks.fleet import release_parameter_name
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT
 from tests.stacks.conftest import STACK_NAMES
-from tests.stacks.test_templates import only, resources, user_data
+from tests.stacks.test_templates import hook, only, resources, user_data
 from userdata.render import release_id
 
 
@@ -41,10 +41,10 @@ def test_every_wait_covers_the_whole_first_boot(templates, stack):
     assert set(plan) >= {"packages", "image_pull", "model_download", "cache_write_back", "model_load"}
     assert p.boot_budget_s >= sum(plan.values())
     (asg,) = resources(t, "AWS::AutoScaling::AutoScalingGroup").values()
-    hook = only(t, "AWS::AutoScaling::LifecycleHook")
+    ready = hook(t, "LAUNCHING")
     assert asg["Properties"]["HealthCheckGracePeriod"] == p.boot_budget_s
     assert asg["CreationPolicy"]["ResourceSignal"]["Timeout"] == f"PT{p.boot_budget_s // 60}M"
-    assert hook["HeartbeatTimeout"] == p.boot_budget_s <= MAX_HOOK_HEARTBEAT_S
+    assert ready["HeartbeatTimeout"] == p.boot_budget_s <= MAX_HOOK_HEARTBEAT_S
 
 
 def test_a_boot_longer_than_a_hook_can_wait_is_refused():

@@ -182,7 +182,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         assert reservation["Instances"][0]["InstanceType"] == profile.hardware.instance_type
 
         hooks = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=name)["LifecycleHooks"]
-        assert [h["LifecycleHookName"] for h in hooks] == ["gguf-serve-ready"]
+        assert sorted(h["LifecycleHookName"] for h in hooks) == ["gguf-serve-drain", "gguf-serve-ready"]
         pool = autoscaling.describe_warm_pool(AutoScalingGroupName=name)["WarmPoolConfiguration"]
         assert pool["PoolState"] == "Stopped" and pool["MinSize"] == profile.fleet.warm_pool_size
 

@@ -26,6 +26,17 @@ def only(template: Template, kind: str) -> dict:
     return next(iter(found.values()))["Properties"]
 
 
+def hook(template: Template, transition: str) -> dict:
+    """The one lifecycle hook of a transition (LAUNCHING, TERMINATING)."""
+    found = [
+        r["Properties"]
+        for r in resources(template, "AWS::AutoScaling::LifecycleHook").values()
+        if r["Properties"]["LifecycleTransition"] == f"autoscaling:EC2_INSTANCE_{transition}"
+    ]
+    assert len(found) == 1, f"expected one {transition} hook, found {len(found)}"
+    return found[0]
+
+
 def user_data(template: Template) -> str:
     """The launch template's user data with CloudFormation intrinsics shown as <ref>."""
     lt = only(template, "AWS::EC2::LaunchTemplate")
@@ -183,10 +194,33 @@ class TestOperatingAtScale:
         t, p = templates[stack], profile_by_stack(stack)
         pool = only(t, "AWS::AutoScaling::WarmPool")
         assert pool["PoolState"] == "Stopped" and pool["MinSize"] == p.fleet.warm_pool_size
-        hook = only(t, "AWS::AutoScaling::LifecycleHook")
-        assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
-        assert hook["DefaultResult"] == "ABANDON" and hook["HeartbeatTimeout"] >= p.boot_budget_s
-        assert f'--lifecycle-hook-name "{hook["LifecycleHookName"]}"' in user_data(t)
+        ready = hook(t, "LAUNCHING")
+        assert ready["DefaultResult"] == "ABANDON" and ready["HeartbeatTimeout"] >= p.boot_budget_s
+        assert f'--lifecycle-hook-name "{ready["LifecycleHookName"]}"' in user_data(t)
+
+    def test_the_warm_pool_is_created_after_both_hooks(self, templates, stack):
+        """No warm instance launches without the launch hook holding it until the ready unit completes it."""
+        res = templates[stack].to_json()["Resources"]
+        (pool_id,) = [k for k, v in res.items() if v["Type"] == "AWS::AutoScaling::WarmPool"]
+        hook_ids = {k for k, v in res.items() if v["Type"] == "AWS::AutoScaling::LifecycleHook"}
+        assert len(hook_ids) == 2 and hook_ids <= set(res[pool_id]["DependsOn"])
+
+    def test_drain_hook_continues_and_its_heartbeats_are_granted_on_the_group_only(self, templates, stack):
+        from catalog.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK
+
+        t, p = templates[stack], profile_by_stack(stack)
+        drain = hook(t, "TERMINATING")
+        assert drain["LifecycleHookName"] == DRAIN_HOOK and drain["DefaultResult"] == "CONTINUE"
+        assert DRAIN_HEARTBEAT_S < drain["HeartbeatTimeout"] <= 4 * DRAIN_HEARTBEAT_S
+        # the drain deadline and the ALB's own drain: the deregistration delay is the longer one, a backstop
+        assert p.fleet.deregistration_delay_s >= p.fleet.drain_deadline_s
+        ud = user_data(t)
+        assert f"--drain-hook {DRAIN_HOOK}" in ud and f"--drain-deadline {p.fleet.drain_deadline_s}" in ud
+        statements = [
+            s for r in resources(t, "AWS::IAM::Policy").values() for s in r["Properties"]["PolicyDocument"]["Statement"]
+        ]
+        lifecycle = [s for s in statements if "autoscaling:RecordLifecycleActionHeartbeat" in json.dumps(s["Action"])]
+        assert len(lifecycle) == 1 and "autoScalingGroupName/" in json.dumps(lifecycle[0]["Resource"])
 
     def test_alarms_and_dashboard(self, templates, stack):
         t, p = templates[stack], profile_by_stack(stack)

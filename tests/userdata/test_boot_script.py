@@ -99,3 +99,18 @@ def test_containers_that_call_aws_know_their_region():
     text = render_user_data(PROFILES["intel-moe"], BOOT)
     assert '-e AWS_REGION="$REGION"' in text  # boto3 in the fetch container does not guess it
     assert "--region $REGION" in text  # the metrics publisher
+
+
+def test_a_first_boot_cut_short_never_leaves_a_half_ready_instance_in_service():
+    """A warm-pool instance stopped mid-user-data (no launch hook yet) does not rerun user data on its next start
+    (cloud-init runs it once). What it does then depends only on which units were enabled: none before the model
+    is verified on disk, and the ready unit (the only thing that completes the launch hook) last. So a cut boot
+    either starts nothing, or a server that nobody reports: the launch hook times out with ABANDON and the group
+    replaces the instance; it never reaches InService half set up."""
+    text = render_user_data(PROFILES["graviton-moe"], BOOT)
+    at = {what: text.index(what) for what in (
+        "run_container fetch", "systemctl enable --now gguf-serve-llama.service gguf-serve-hop.service",
+        "systemctl enable --now gguf-serve-metrics.service", "systemctl enable gguf-serve-ready.service",
+    )}  # fmt: skip
+    assert list(at) == sorted(at, key=at.get)
+    assert text.count("--lifecycle-action-result CONTINUE") == 1  # only the ready unit completes the launch hook

@@ -1,6 +1,7 @@
 """Benchmark, not a test: the x86-64 image's llama-server against a native build of the same llama.cpp.
 
     .venv/bin/python -m tests.images.benchmark_x86_image [--image IMAGE] [--rounds N] [--threads T] [--cpus 0,1]
+        [--n-predict N] [--json FILE]
 
 Arms, all with the same small model (the Gemma GGUF of tests/conftest.py), context, thread count, CPU set and
 request, each a llama-server started once and idle between its requests:
@@ -11,14 +12,18 @@ request, each a llama-server started once and idle between its requests:
 Under contention the container arms and a host process are not scheduled alike (cgroup v1: every container is
 under /docker, one CFS entity weighing as much as one host process), so image vs native-in-image is the fair
 comparison of the builds, and native vs native-in-image shows what the cgroup and the container cost.
-Each round runs every arm once, in an order rotated round by round (drift and order effects fall on every arm);
-printed: median, min and max tok/s per arm, and the image/native ratio as the median of the per-round ratios
-with their range.
+Each round runs every arm once, in an order rotated round by round (drift and order effects fall on every arm):
+a long prompt with one token to generate, then a short prompt with --n-predict tokens. Printed per arm: median,
+min and max of prompt and decode tok/s by the wall clock and per CPU-second the server process ran (from the
+scheduler's per-thread counts); and the image/native ratios as the median of the per-round ratios with their
+range. With --threads 1 the CPU-second figures do not depend on how much of the machine others take (no
+OpenMP barrier spins while a thread waits to be scheduled): the fair measure on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -69,8 +74,34 @@ def wait_healthy(port: int, timeout: float = 180) -> None:
     raise RuntimeError(f"llama-server on port {port} did not become healthy")
 
 
-def complete(port: int, key: str, n_predict: int) -> dict:
-    body = {"prompt": PROMPT, "n_predict": n_predict, "cache_prompt": False, "temperature": 0, "seed": 1}
+def cpu_ns(pid: int) -> int:
+    """CPU time the process has run, every thread (the scheduler's own count, in ns)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError):
+            total += int(stat.read_text().split()[0])
+    return total
+
+
+def measure(port: int, pid: int, key: str, n_predict: int) -> dict:
+    """Prompt and decode, each in its own request so that the CPU time of each is known: the long prompt with one
+    token to generate, then a five-word prompt with n_predict tokens. tok/s by the wall clock (llama-server's own
+    timings) and per CPU-second the server process ran (what contention does not change, with one thread)."""
+    before = cpu_ns(pid)
+    prompt = complete(port, key, 1)
+    middle = cpu_ns(pid)
+    decode = complete(port, key, n_predict, prompt="Once upon a time, there")
+    after = cpu_ns(pid)
+    return {
+        "prompt_per_second": prompt["prompt_per_second"],
+        "predicted_per_second": decode["predicted_per_second"],
+        "prompt_per_cpu_second": prompt["prompt_n"] / ((middle - before) / 1e9),
+        "predicted_per_cpu_second": decode["predicted_n"] / ((after - middle) / 1e9),
+    }
+
+
+def complete(port: int, key: str, n_predict: int, prompt: str = PROMPT) -> dict:
+    body = {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False, "temperature": 0, "seed": 1}
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/completion",
         data=json.dumps(body).encode(),
@@ -119,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         "-m", "/models/model.gguf", "--port", str(ports["native-in-image"]), *common,
     )  # fmt: skip
     try:
+        pids = {"native": native.pid}  # taskset execs llama-server
+        for arm, name in names.items():
+            pids[arm] = int(docker("inspect", "-f", "{{.State.Pid}}", name).stdout)  # its entrypoint: llama-server
         for arm in ARMS:
             wait_healthy(ports[arm])
             complete(ports[arm], key, 8)  # warm-up: page the model in, repack the weights
@@ -126,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]
             for arm in order:
-                results[arm].append(complete(ports[arm], key, args.n_predict))
+                results[arm].append(measure(ports[arm], pids[arm], key, args.n_predict))
         # The CPU variant ggml loaded: the libggml-cpu-*.so mapped into the server process.
         maps = docker("exec", names["image"], "sh", "-c", "cat /proc/$(pidof llama-server)/maps", check=False).stdout
         variants = sorted(set(re.findall(r"libggml-cpu-[a-z0-9_]+\.so", maps)))
@@ -164,17 +198,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"native {native_bin}")
     for arm in ARMS:
         print(f"  {arm:16} {system_info(arm)}")
-    print(f"{'':18}{'prompt tok/s median [min-max]':>32}{'decode tok/s median [min-max]':>32}")
-    for arm in ARMS:
-        print(
-            f"{arm:18}{spread(series(arm, 'prompt_per_second')):>32}{spread(series(arm, 'predicted_per_second')):>32}"
-        )
-    for arm in ARMS[1:]:
-        p, d = ratios(arm, "prompt_per_second"), ratios(arm, "predicted_per_second")
-        print(
-            f"image/{arm:12} prompt {statistics.median(p):.3f} [{min(p):.3f}-{max(p):.3f}]"
-            f"   decode {statistics.median(d):.3f} [{min(d):.3f}-{max(d):.3f}]   (median of per-round ratios)"
-        )
+    fields = {
+        "prompt_per_second": "prompt tok/s",
+        "predicted_per_second": "decode tok/s",
+        "prompt_per_cpu_second": "prompt tok/CPU-s",
+        "predicted_per_cpu_second": "decode tok/CPU-s",
+    }
+    for field, label in fields.items():
+        print(f"{label} (median [min-max])")
+        for arm in ARMS:
+            print(f"  {arm:18}{spread(series(arm, field))}")
+        for arm in ARMS[1:]:
+            q = ratios(arm, field)
+            print(f"  image/{arm:12} {statistics.median(q):.3f} [{min(q):.3f}-{max(q):.3f}]  (per-round ratios)")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "variants": variants,
                                          "results": results}, indent=1))  # fmt: skip

@@ -24,9 +24,31 @@ CMD ["serve"]
 
 # The build's last step (docker/build-image.sh builds this stage, then the image): every entry point imports,
 # with the image's own Python where the builder can run it, and llama-server still resolves in the final root.
+# First the bytecode the unconfigured runtime root lacks (Debian's postinst byte-compiles the standard library;
+# bootstrap-base.sh never runs it): compiled by CHECK_IMAGE's Python, the same Debian Python 3.13 on the
+# builder's architecture (bytecode is architecture-independent; refused if the versions differ). checked-hash:
+# valid whatever mtimes COPY writes. Without it every start (the HEALTHCHECK every 15 s) compiled the standard
+# library again: about 0.5 s natively, over a minute under QEMU.
 FROM ${CHECK_IMAGE} AS check
 COPY --from=image / /check/
 COPY docker/selfcheck.py /usr/local/bin/selfcheck
-RUN python3 /usr/local/bin/selfcheck /check --no-elf --pythonpath /opt/gguf-serve:/opt/gguf-serve/site \
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN py=$(python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2])') \
+ && if [ ! -x "/check/usr/bin/$py" ]; then echo "the image has no $py: CHECK_IMAGE must carry its Python"; exit 1; fi \
+ && for dir in "/usr/lib/$py" /opt/gguf-serve; do \
+      python3 -m compileall -q -j0 --invalidation-mode checked-hash -s "/check$dir" -p "$dir" "/check$dir" || exit 1; \
+    done \
+ && mkdir /bytecode \
+ && find "/check/usr/lib/$py" /check/opt/gguf-serve -name '*.pyc' | sed 's|^/check/||' \
+      | tar -C /check -cf - -T - | tar -xf - -C /bytecode \
+ && find /bytecode -name 'argparse.cpython-*.pyc' | grep -q .
+# libcuda.so.1 is the NVIDIA driver's, mounted by the container toolkit on a GPU host: never in an image (the
+# CUDA base links it; the CPU bases do not, so allowing it changes nothing for them).
+RUN python3 /usr/local/bin/selfcheck /check --no-elf --allow-missing libcuda.so.1 \
+      --pythonpath /opt/gguf-serve:/opt/gguf-serve/site \
       --import launcher.cli --import modelfetch.cli --import fleetmetrics.cli --import latencyproxy.cli \
       --import boto3
+
+# What runs: the image stage and the bytecode the check stage compiled (no RUN here either).
+FROM image AS serving
+COPY --from=check /bytecode/ /

@@ -150,9 +150,10 @@ build_app() {
   log "building image $IMAGE_TAG on $BASE_TAG"
   local app_args=(-f "$context/docker/app.Dockerfile" --build-arg "LLAMA_BASE=$REPOSITORY_URI:$BASE_TAG"
     --build-arg "CHECK_IMAGE=$(check_image)")
-  # The check stage first (the launcher imports in the image's root), then the image, whose layers it shares.
+  # The check stage first (the bytecode, then the launcher imports in the image's root), then the image: its
+  # files and that bytecode.
   docker build --network none "${app_args[@]}" --target check "$context"
-  docker build --network none "${app_args[@]}" --target image -t "$REPOSITORY_URI:$IMAGE_TAG" "$context"
+  docker build --network none "${app_args[@]}" --target serving -t "$REPOSITORY_URI:$IMAGE_TAG" "$context"
   push "$IMAGE_TAG"
 }
 

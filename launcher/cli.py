@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from launcher import health as launcher_health
 from launcher.cpu import amx_plan
 from launcher.preflight import EX_CONFIG, LaunchRefused, check_gpu, check_model
 from launcher.serve import describe, exec_server, resolve_binary, server_command, server_environment
@@ -78,14 +75,7 @@ def _fetch_failed(reason: str, code: int = 1) -> int:
 
 
 def health(args: argparse.Namespace) -> int:
-    port = names.SERVER_PORT  # the health check must not fail on a spec it cannot read
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        port = int(json.loads(Path(args.spec).read_text())["server"]["port"])
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=args.timeout) as r:  # noqa: S310
-            return 0 if r.status == 200 else 1
-    except (OSError, urllib.error.URLError):
-        return 1
+    return launcher_health.check(args.spec, args.timeout)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -110,8 +100,7 @@ def parser() -> argparse.ArgumentParser:
     f.set_defaults(func=fetch)
 
     h = sub.add_parser("health", help="exit 0 when llama-server's /health answers 200 (container HEALTHCHECK)")
-    h.add_argument("--spec", default=DEFAULT_SPEC)
-    h.add_argument("--timeout", type=float, default=5.0)
+    launcher_health.add_arguments(h)
     h.set_defaults(func=health)
     return p
 

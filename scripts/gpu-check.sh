@@ -92,7 +92,8 @@ print(b, f"cuda-{app_key(b, {})}")')
     for _ in $(seq 120); do curl -sf http://127.0.0.1:18082/health >/dev/null && break; sleep 1; done
     if curl -sf http://127.0.0.1:18082/completion -d '{"prompt": "Hello", "n_predict": 8}' >/dev/null &&
       docker logs gpu-check-image 2>&1 | grep -q "offloaded .*layers to GPU"; then
-      pass "the CUDA image serves on the GPU: $(docker logs gpu-check-image 2>&1 | grep -m1 -o 'CUDA : ARCHS = [0-9,]*')"
+      # llama.cpp names the device at the default verbosity (its system info, with ARCHS, only at -lv 5).
+      pass "the CUDA image serves on the GPU: $(docker logs gpu-check-image 2>&1 | grep -m1 -o 'Device 0: .*compute capability [0-9.]*')"
     else
       fail "the CUDA image on the GPU (docker logs gpu-check-image)"
     fi

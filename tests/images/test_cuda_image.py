@@ -41,7 +41,8 @@ def test_cuda_llama_server_links_everything_but_the_driver(cuda):
     missing = [line.split()[0] for line in out.stdout.splitlines() if "not found" in line]
     assert missing == ["libcuda.so.1"], out.stdout
     for library in ("libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12"):
-        assert re.search(rf"{re.escape(library)} => /usr/lib/x86_64-linux-gnu/", out.stdout), out.stdout
+        # merged /usr: the loader finds them through /lib, a link to /usr/lib
+        assert re.search(rf"{re.escape(library)} => (/usr)?/lib/x86_64-linux-gnu/", out.stdout), out.stdout
 
 
 def _stub(tmp_path: Path) -> Path:
@@ -58,18 +59,22 @@ def _stub(tmp_path: Path) -> Path:
     return tmp_path / "libcuda.so.1"
 
 
-def test_cuda_backend_for_sm_86_without_a_gpu(cuda, gemma_gguf, tmp_path):
-    """With the toolkit's stub for the driver, llama-server starts and its system info names CUDA for sm_86."""
+def test_cuda_backend_for_sm_86_without_a_gpu(cuda, tmp_path):
+    """With the toolkit's stub for the driver, llama-server runs, initialises the CUDA runtime (which finds the stub,
+    so no device) and its system info names the CUDA backend for sm_86. llama.cpp prints the system info at trace
+    verbosity only, before it opens the model: `-lv 5` and a model that does not exist, as the arm64 tier does."""
     stub = _stub(tmp_path)
     run = ["run", "--rm", "--network", "none", "-v", f"{stub}:/stubs/libcuda.so.1:ro", "-e", "LD_LIBRARY_PATH=/stubs"]
     version = docker(*run, "--entrypoint", "llama-server", cuda.image, "--version", check=False)
     assert "(build 11312, commit 0c1e57098)" in version.stdout + version.stderr, version.stdout + version.stderr
-    served = docker(
-        *run, "-v", f"{gemma_gguf}:/models/gemma.gguf:ro", "--entrypoint", "timeout", cuda.image,
-        "60", "llama-server", "-m", "/models/gemma.gguf", "-c", "512", "--port", "18099", "-ngl", "0",
+    probe = docker(
+        *run, "--entrypoint", "llama-server", cuda.image, "-lv", "5", "-m", "/nonexistent.gguf",
         check=False, timeout=180,
     )  # fmt: skip
-    log = served.stdout + served.stderr
+    log = probe.stdout + probe.stderr
+    REPORT.mkdir(parents=True, exist_ok=True)
     (REPORT / "system-info-cuda.txt").write_text(log[-6000:])
-    info = "\n".join(line for line in log.splitlines() if "system_info" in line or "CUDA" in line)
-    assert re.search(r"CUDA : ARCHS = 860", info), info
+    (info,) = re.findall(r"system_info:.*$", log, re.M)[:1] or [""]
+    assert re.search(r"CUDA : ARCHS = 860\b", info), log[-3000:]
+    # The runtime was loaded and asked for devices: the stub answers that it is one (ggml_cuda_init's error line).
+    assert "ggml_cuda_init: failed to initialize CUDA" in log, log[-3000:]

@@ -75,8 +75,14 @@ def test_base_image_contract(dockerfile):
 def test_application_layer_contract():
     full = (DOCKER / APP_DOCKERFILE).read_text()
     assert re.search(r"^FROM \$\{LLAMA_BASE\} AS image$", full, re.M)
-    text, check = full[: full.index("AS check")], full[full.index("AS check") :]
+    text, check = full[: full.index("AS check")], full[full.index("AS check") : full.index("AS serving")]
     assert not re.search(r"^RUN ", text, re.M), "no RUN: builds for any architecture without emulation"
+    # What runs is the image stage plus the standard library's and the packages' bytecode, compiled in the check
+    # stage on the builder (an unconfigured root has none): still no RUN in the image's architecture.
+    serving = full[full.index("AS serving") :]
+    assert re.search(r"^FROM image AS serving$", full, re.M) and not re.search(r"^RUN ", serving, re.M)
+    assert "COPY --from=check /bytecode/ /" in serving and "compileall" in check
+    assert "--target serving -t" in (DOCKER / "build-image.sh").read_text()
     assert re.search(r"^FROM \$\{CHECK_IMAGE\} AS check$", full, re.M) and "COPY --from=image / /check/" in check
     for package in ("launcher", "modelfetch", "fleetmetrics", "latencyproxy"):
         assert f"--import {package}.cli" in check, f"the build fails if {package} does not import"

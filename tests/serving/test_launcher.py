@@ -151,6 +151,24 @@ def test_health_subcommand_without_a_server_fails(tmp_path):
     assert main(["health", "--spec", str(profile), "--timeout", "1"]) == 1
 
 
+def test_health_imports_only_the_standard_library_and_the_names(tmp_path):
+    """The HEALTHCHECK runs every 15 s with a 5 s timeout, compiling what it imports each time: the full CLI
+    (the fetcher, urllib3, the profiles) took about 60 s in the arm64 image under QEMU and never turned healthy."""
+    spec = tmp_path / "p.json"
+    spec.write_text(json.dumps({"server": {"port": 9}}))  # discard: nothing listens
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "launcher", "health", "--spec", str(spec), "--timeout", "1"],
+        capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    ours = sorted(
+        m for m in imported if m.split(".")[0] in {"launcher", "catalog", "runtime", "modelfetch", "fleetmetrics"}
+    )
+    assert ours == ["launcher", "launcher.health", "runtime", "runtime.names"], ours
+    assert not {"urllib3", "boto3", "botocore"} & imported
+
+
 def test_benchmark_mode_turns_the_prompt_cache_off(make_gguf, sentinel_binary, run_launcher):
     binary, record = sentinel_binary
     path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)

@@ -206,7 +206,7 @@ class TestOperatingAtScale:
         assert len(hook_ids) == 2 and hook_ids <= set(res[pool_id]["DependsOn"])
 
     def test_drain_hook_continues_and_its_heartbeats_are_granted_on_the_group_only(self, templates, stack):
-        from catalog.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK
+        from runtime.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK
 
         t, p = templates[stack], profile_by_stack(stack)
         drain = hook(t, "TERMINATING")

@@ -12,7 +12,9 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from catalog import ServingProfile
+from catalog.errors import ProfileError
+from catalog.fleet import FleetSettings
+from catalog.hardware import Hardware
 from fleetmetrics import names
 from runtime.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
 from stacks.model_cache import ModelCache
@@ -21,6 +23,8 @@ from stacks.nag import acknowledge, arn_of
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
 GROUP_LOGICAL_ID = "ServingGroup"  # fixed so user data can signal it before the group exists
 READY_HOOK = LIFECYCLE_HOOK  # launch lifecycle hook, completed by the instance once /health answers 200
+# gp3 volume size 1 GiB - 16 TiB (Amazon EBS User Guide, "General Purpose SSD volumes", gp3)
+GP3_MAX_GIB = 16 * 1024
 DRAIN_HEARTBEATS_MISSED = 3  # the drain hook times out (CONTINUE) after this many DRAIN_HEARTBEAT_S without one
 
 
@@ -37,33 +41,67 @@ class ServingFleet(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        profile: ServingProfile,
+        hardware: Hardware,
+        fleet: FleetSettings,
+        port: int,
+        root_volume_gib: int,
+        boot_budget_s: int,
         vpc: ec2.IVpc,
         user_data: ec2.UserData,
         release: str,
     ) -> None:
-        """`release`: the release_id rendered into `user_data`; published so warm-pool instances can compare."""
+        """
+        hardware: the instance type and AMI of every instance.
+        fleet: group sizes, warm pool, Spot, volume performance, drain deadline.
+        port: where the hop listens on the instance (the load balancer's target port).
+        root_volume_gib: the encrypted gp3 root volume (AMI snapshot, model, image layers).
+        boot_budget_s: worst-case launch to /health 200; the ready hook's timeout and the group's grace.
+        user_data: the rendered boot script; `release`: the release_id rendered into it, published so
+        warm-pool instances can compare.
+        """
+        _check(port=port, root_volume_gib=root_volume_gib, boot_budget_s=boot_budget_s, release=release)
         super().__init__(scope, construct_id)
-        hw, fleet = profile.hardware, profile.fleet
-        self.port = profile.server.port
-        self.role = iam.Role(
-            self,
-            "InstanceRole",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
-            description=f"llama-server instances of {profile.stack_name}",
-        )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-            "The AWS-maintained policy for Session Manager access, which replaces SSH keys.",
-        )
+        self.port = port
+        self.role = self._role()
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=vpc, allow_all_outbound=False, description="llama-server instances"
         )
         # ModelScope, ECR, Secrets Manager, CloudWatch and OS packages are all HTTPS.
         self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS out")
-        self.launch_template = ec2.LaunchTemplate(
+        self.launch_template = self._launch_template(hardware, fleet, root_volume_gib, user_data)
+        boot = Duration.seconds(boot_budget_s)
+        self.release_parameter = ssm.StringParameter(
+            self,
+            "Release",
+            parameter_name=release_parameter_name(Stack.of(self).stack_name),
+            string_value=release,
+            description="Release of the launch template; warm-pool instances of another release abandon their launch",
+        )
+        self.release_parameter.grant_read(self.role)
+        self.asg = self._group(vpc, fleet, boot)
+        self.hooks: list[autoscaling.LifecycleHook] = self._hooks(boot)  # the warm pool waits for both
+        self.drain_deadline_s = fleet.drain_deadline_s
+        self._grant_reporting(has_gpu=hardware.has_gpu)
+
+    def _role(self) -> iam.Role:
+        role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+            description=f"llama-server instances of {Stack.of(self).stack_name}",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+            "The AWS-maintained policy for Session Manager access, which replaces SSH keys.",
+        )
+        return role
+
+    def _launch_template(
+        self, hw: Hardware, fleet: FleetSettings, root_volume_gib: int, user_data: ec2.UserData
+    ) -> ec2.LaunchTemplate:
+        return ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
             instance_type=ec2.InstanceType(hw.instance_type),
@@ -78,7 +116,7 @@ class ServingFleet(Construct):
                 ec2.BlockDevice(
                     device_name=ROOT_DEVICE,
                     volume=ec2.BlockDeviceVolume.ebs(
-                        profile.root_volume_gib,
+                        root_volume_gib,
                         volume_type=ec2.EbsDeviceVolumeType.GP3,
                         encrypted=True,
                         iops=fleet.volume_iops,
@@ -89,15 +127,8 @@ class ServingFleet(Construct):
             ],
             detailed_monitoring=True,
         )
-        boot = Duration.seconds(profile.boot_budget_s)
-        self.release_parameter = ssm.StringParameter(
-            self,
-            "Release",
-            parameter_name=release_parameter_name(Stack.of(self).stack_name),
-            string_value=release,
-            description="Release of the launch template; warm-pool instances of another release abandon their launch",
-        )
-        self.release_parameter.grant_read(self.role)
+
+    def _group(self, vpc: ec2.IVpc, fleet: FleetSettings, boot: Duration) -> autoscaling.AutoScalingGroup:
         capacity: dict = {"launch_template": self.launch_template}
         if fleet.spot:
             # All Spot, capacity-optimized; a rebalance recommendation starts a replacement before the interruption.
@@ -112,7 +143,7 @@ class ServingFleet(Construct):
                 ),
                 "capacity_rebalance": True,
             }
-        self.asg = autoscaling.AutoScalingGroup(
+        asg = autoscaling.AutoScalingGroup(
             self,
             "Group",
             vpc=vpc,
@@ -134,20 +165,23 @@ class ServingFleet(Construct):
             ),
             group_metrics=[autoscaling.GroupMetrics.all()],
         )
-        self.asg.node.default_child.override_logical_id(GROUP_LOGICAL_ID)  # type: ignore[union-attr]
-        self.asg.node.add_dependency(self.release_parameter)  # updated before the rolling update starts
+        asg.node.default_child.override_logical_id(GROUP_LOGICAL_ID)  # type: ignore[union-attr]
+        asg.node.add_dependency(self.release_parameter)  # updated before the rolling update starts
         if fleet.spot:
             acknowledge(
-                self.asg,
+                asg,
                 "AwsSolutions-EC26",
                 "cdk-nag 3.0.2's EC26 reads only a group's LaunchTemplate and throws on a MixedInstancesPolicy; the "
                 "launch template this policy uses has only encrypted volumes (tests/stacks/test_templates.py).",
             )
         acknowledge(
-            self.asg,
+            asg,
             "AwsSolutions-AS3",
             "Scaling activity is visible in the group's activity history and CloudWatch group metrics.",
         )
+        return asg
+
+    def _hooks(self, boot: Duration) -> list[autoscaling.LifecycleHook]:
         # Warm-pool and scale-out instances join only after /health answers 200 (the hook is released then).
         ready = self.asg.add_lifecycle_hook(
             "Ready",
@@ -169,8 +203,10 @@ class ServingFleet(Construct):
             heartbeat_timeout=Duration.seconds(DRAIN_HEARTBEAT_S * DRAIN_HEARTBEATS_MISSED),
             default_result=autoscaling.DefaultResult.CONTINUE,
         )
-        self.hooks: list[autoscaling.LifecycleHook] = [ready, drain]  # the warm pool waits for both (FleetScaling)
-        self.drain_deadline_s = fleet.drain_deadline_s
+        return [ready, drain]
+
+    def _grant_reporting(self, *, has_gpu: bool) -> None:
+        """Signal CloudFormation, complete and heartbeat its own hooks, put metrics; GPU: describe tags."""
         stack = Stack.of(self)
         # The instance reports itself healthy to CloudFormation and to its lifecycle hook.
         self.role.add_to_policy(
@@ -196,7 +232,7 @@ class ServingFleet(Construct):
                 conditions={"StringEquals": {"cloudwatch:namespace": names.NAMESPACE}},
             )
         )
-        if hw.has_gpu:
+        if has_gpu:
             # The CloudWatch agent resolves ${aws:AutoScalingGroupName} (GPU metrics' dimension) with
             # ec2:DescribeTags, which has no resource-level permissions (CloudWatch agent guide, "Create IAM roles";
             # Service Authorization Reference for EC2).
@@ -241,3 +277,18 @@ class ServingFleet(Construct):
                 f"autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
             ],
         )
+
+
+def _check(*, port: int, root_volume_gib: int, boot_budget_s: int, release: str) -> None:
+    """The fleet's props, refused before anything is built, with what to change."""
+    if not 1 <= port <= 65535:
+        raise ProfileError(f"ServingFleet: port {port} is not a TCP port; set the profile's server port to 1-65535")
+    if not 1 <= root_volume_gib <= GP3_MAX_GIB:
+        raise ProfileError(
+            f"ServingFleet: a {root_volume_gib} GiB root volume is outside gp3's 1-{GP3_MAX_GIB} GiB; "
+            "lower the model size or the fleet's image_headroom_gib"
+        )
+    if boot_budget_s <= 0:
+        raise ProfileError(f"ServingFleet: boot budget {boot_budget_s} s must be positive (the profile's boot plan)")
+    if not release:
+        raise ProfileError("ServingFleet: release is empty; pass userdata.render.release_id(...) for the user data")

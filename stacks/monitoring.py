@@ -10,7 +10,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from constructs import Construct
 
-from catalog import ServingProfile
+from catalog.fleet import FleetSettings
 from fleetmetrics import names
 from stacks.scaling import group_metric
 
@@ -18,6 +18,7 @@ FIVE_MIN = Duration.minutes(5)
 # P95 time to first token that pages: a GPU answers a 2k-token prompt in about a second; the CPU stacks take tens
 # of seconds for long prompts, so their threshold is wider. Same shape as observability/rules/alerts.yml.
 TTFT_P95_ALARM_S = {"gpu": 10.0, "cpu": 30.0}
+_Metric = cloudwatch.Metric | cloudwatch.MathExpression
 
 
 class ServiceMonitoring(Construct):
@@ -26,11 +27,22 @@ class ServiceMonitoring(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        profile: ServingProfile,
+        name: str,
+        fleet: FleetSettings,
+        has_gpu: bool,
+        mtp: bool,
         asg: autoscaling.AutoScalingGroup,
         alb: elbv2.ApplicationLoadBalancer,
         target_group: elbv2.ApplicationTargetGroup,
     ) -> None:
+        """
+        name: the stack's name, which starts every alarm description and names the dashboard (`<name>-llama`).
+        fleet: the backlog alarm's threshold (deferred_alarm) and the drain deadline the cut-streams alarm cites.
+        has_gpu: the GPU's TTFT threshold and GPU widgets; mtp: the draft-acceptance widget.
+        asg, alb, target_group: whose metrics are watched.
+        """
+        if not name:
+            raise ValueError("ServiceMonitoring: name is empty; pass the stack's name")
         super().__init__(scope, construct_id)
         tg = target_group.metrics
         healthy = tg.healthy_host_count(period=Duration.minutes(1), statistic="Minimum")
@@ -43,7 +55,22 @@ class ServiceMonitoring(Construct):
             period=FIVE_MIN,
         )
         deferred = group_metric(asg, names.REQUESTS_DEFERRED, "Maximum")
+        # The hop's drain (latencyproxy/drain.py) puts one datum per drain; no drain, no data (not breaching).
+        cut = group_metric(asg, names.DRAIN_STREAMS_CUT, "Sum").with_(period=FIVE_MIN)
+        self._alarms(
+            name=name, fleet=fleet, has_gpu=has_gpu, asg=asg, healthy=healthy, error_rate=error_rate,
+            deferred=deferred, cut=cut,
+        )  # fmt: skip
+        self._dashboard(
+            name=name, mtp=mtp, has_gpu=has_gpu, asg=asg, alb=alb, tg=tg, healthy=healthy, errors_5xx=errors_5xx,
+            cut=cut,
+        )  # fmt: skip
 
+    def _alarms(
+        self, *, name: str, fleet: FleetSettings, has_gpu: bool, asg: autoscaling.AutoScalingGroup,
+        healthy: _Metric, error_rate: _Metric, deferred: _Metric, cut: _Metric,
+    ) -> None:  # fmt: skip
+        """No healthy host, 5xx rate, backlog, cut streams, slow first tokens."""
         self.no_healthy_hosts = healthy.create_alarm(
             self,
             "NoHealthyHosts",
@@ -51,7 +78,7 @@ class ServiceMonitoring(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
             evaluation_periods=3,
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
-            alarm_description=f"{profile.stack_name}: no instance passes /health",
+            alarm_description=f"{name}: no instance passes /health",
         )
         self.error_rate = error_rate.create_alarm(
             self,
@@ -59,20 +86,18 @@ class ServiceMonitoring(Construct):
             threshold=5,
             evaluation_periods=2,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{profile.stack_name}: more than 5% of requests answered 5xx",
+            alarm_description=f"{name}: more than 5% of requests answered 5xx",
         )
         self.backlog = deferred.with_(period=FIVE_MIN).create_alarm(
             self,
             "DeferredBacklog",
-            threshold=profile.fleet.deferred_alarm,
+            threshold=fleet.deferred_alarm,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             evaluation_periods=1,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{profile.stack_name}: requests queue in llama-server; scaling is not keeping up",
+            alarm_description=f"{name}: requests queue in llama-server; scaling is not keeping up",
         )
 
-        # The hop's drain (latencyproxy/drain.py) puts one datum per drain; no drain, no data (not breaching).
-        cut = group_metric(asg, names.DRAIN_STREAMS_CUT, "Sum").with_(period=FIVE_MIN)
         self.streams_cut = cut.create_alarm(
             self,
             "DrainStreamsCut",
@@ -81,12 +106,12 @@ class ServiceMonitoring(Construct):
             evaluation_periods=1,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=(
-                f"{profile.stack_name}: streams were still running when an instance left (a Spot interruption, or "
-                f"a drain past its {profile.fleet.drain_deadline_s} s deadline); clients saw a cut answer"
+                f"{name}: streams were still running when an instance left (a Spot interruption, or "
+                f"a drain past its {fleet.drain_deadline_s} s deadline); clients saw a cut answer"
             ),
         )
 
-        ttft_p95_limit = TTFT_P95_ALARM_S["gpu" if profile.hardware.has_gpu else "cpu"]
+        ttft_p95_limit = TTFT_P95_ALARM_S["gpu" if has_gpu else "cpu"]
         self.ttft_p95 = (
             group_metric(asg, names.TTFT, "p95")
             .with_(period=FIVE_MIN)
@@ -98,11 +123,18 @@ class ServiceMonitoring(Construct):
                 evaluation_periods=3,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=(
-                    f"{profile.stack_name}: P95 time to first token above {ttft_p95_limit:g} s for 15 minutes "
+                    f"{name}: P95 time to first token above {ttft_p95_limit:g} s for 15 minutes "
                     "(queueing or long prompts; see QueueWait)"
                 ),
             )
         )
+
+    def _dashboard(
+        self, *, name: str, mtp: bool, has_gpu: bool, asg: autoscaling.AutoScalingGroup,
+        alb: elbv2.ApplicationLoadBalancer, tg: elbv2.IApplicationTargetGroupMetrics,
+        healthy: _Metric, errors_5xx: _Metric, cut: _Metric,
+    ) -> None:  # fmt: skip
+        """One dashboard, `<name>-llama`: throughput, latency percentiles, ALB, drains, wake-ups, alarms."""
 
         def percentiles(metric: str) -> list[cloudwatch.IMetric]:
             return [group_metric(asg, metric, p).with_(label=f"{metric} {p}") for p in ("p50", "p95", "p99")]
@@ -167,9 +199,9 @@ class ServiceMonitoring(Construct):
                 width=12,
             ),
         ]
-        if profile.mtp:
+        if mtp:
             widgets.insert(1, _graph("MTP draft acceptance %", [group_metric(asg, names.DRAFT_ACCEPTANCE, "Average")]))
-        if profile.hardware.has_gpu:
+        if has_gpu:
             widgets.append(
                 _graph(
                     "GPU utilization % / memory used MiB",
@@ -180,7 +212,7 @@ class ServiceMonitoring(Construct):
                     ],
                 )
             )
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{profile.stack_name}-llama")
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{name}-llama")
         for i in range(0, len(widgets), 2):
             self.dashboard.add_widgets(*widgets[i : i + 2])
 

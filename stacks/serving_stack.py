@@ -64,8 +64,10 @@ class ServingStack(Stack):
         release = release_id(profile, image.image_tag)
         user_data = render_user_data(profile, self._boot(image, api_key, cache, log_group, release))
         fleet = ServingFleet(
-            self, "Fleet", profile=profile, vpc=network.vpc, user_data=ec2.UserData.custom(user_data), release=release
-        )
+            self, "Fleet", hardware=profile.hardware, fleet=f, port=profile.server.port,
+            root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s,
+            vpc=network.vpc, user_data=ec2.UserData.custom(user_data), release=release,
+        )  # fmt: skip
         fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
         fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)
         lb = InferenceLoadBalancer(
@@ -82,17 +84,22 @@ class ServingStack(Stack):
             certificate_arn=certificate_arn,
         )
         self.target_group = lb.target_group
+        self._scale_and_watch(profile, fleet, lb)
+        self.profile, self.fleet, self.load_balancer, self.api_key = profile, fleet, lb, api_key
+        self._outputs(lb, api_key)
+
+    def _scale_and_watch(self, profile: ServingProfile, fleet: ServingFleet, lb: InferenceLoadBalancer) -> None:
+        """Scaling on the fleet's own signals (and the ALB's 503s for a group at zero), and the dashboard/alarms."""
         no_target_503 = lb.alb.metrics.http_code_elb(
             elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
         )
         self.scaling = FleetScaling(
-            self, "Scaling", fleet=f, asg=fleet.asg, hooks=fleet.hooks, no_target_503=no_target_503
+            self, "Scaling", fleet=profile.fleet, asg=fleet.asg, hooks=fleet.hooks, no_target_503=no_target_503
         )
         self.monitoring = ServiceMonitoring(
-            self, "Monitoring", profile=profile, asg=fleet.asg, alb=lb.alb, target_group=self.target_group
-        )
-        self.profile, self.fleet, self.load_balancer, self.api_key = profile, fleet, lb, api_key
-        self._outputs(lb, api_key)
+            self, "Monitoring", name=self.stack_name, fleet=profile.fleet, has_gpu=profile.hardware.has_gpu,
+            mtp=profile.mtp, asg=fleet.asg, alb=lb.alb, target_group=lb.target_group,
+        )  # fmt: skip
 
     def _acknowledge(self) -> None:
         acknowledge(

@@ -1,0 +1,130 @@
+"""The serving fleet and the monitoring, each alone in a bare stack, from the props the stack passes them."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Match, Template
+
+from catalog.errors import ProfileError
+from stacks.fleet import DRAIN_HOOK, READY_HOOK, ServingFleet
+from stacks.load_balancer import InferenceLoadBalancer
+from stacks.monitoring import ServiceMonitoring
+from tests.committed import profile_by_stack
+
+
+def _fleet(stack: cdk.Stack, stack_name: str = "IntelMoeStack", **overrides) -> ServingFleet:
+    p = profile_by_stack(stack_name)
+    props = {
+        "hardware": p.hardware,
+        "fleet": p.fleet,
+        "port": p.server.port,
+        "root_volume_gib": p.root_volume_gib,
+        "boot_budget_s": p.boot_budget_s,
+        "vpc": ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1),
+        "user_data": ec2.UserData.custom("#!/bin/bash\ntrue\n"),
+        "release": "r-test",
+    }
+    return ServingFleet(stack, "Fleet", **{**props, **overrides})
+
+
+def test_instances_get_imdsv2_an_encrypted_gp3_root_of_the_given_size_and_no_ssh_key(regional_stack):
+    p = profile_by_stack("IntelMoeStack")
+    _fleet(regional_stack)
+    t = Template.from_stack(regional_stack)
+    t.has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {
+                    "InstanceType": p.hardware.instance_type,
+                    "MetadataOptions": Match.object_like({"HttpTokens": "required"}),
+                    "BlockDeviceMappings": [
+                        Match.object_like(
+                            {
+                                "Ebs": Match.object_like(
+                                    {"Encrypted": True, "VolumeType": "gp3", "VolumeSize": p.root_volume_gib}
+                                )
+                            }
+                        )
+                    ],
+                }
+            )
+        },
+    )
+    (template,) = t.find_resources("AWS::EC2::LaunchTemplate").values()
+    assert "KeyName" not in template["Properties"]["LaunchTemplateData"]
+
+
+def test_both_hooks_exist_with_the_boot_budget_and_the_warm_pool_waits_for_them(regional_stack):
+    p = profile_by_stack("IntelMoeStack")
+    fleet = _fleet(regional_stack)
+    t = Template.from_stack(regional_stack)
+    hooks = {
+        h["Properties"]["LifecycleHookName"]: h["Properties"]
+        for h in t.find_resources("AWS::AutoScaling::LifecycleHook").values()
+    }
+    assert set(hooks) == {READY_HOOK, DRAIN_HOOK}
+    assert hooks[READY_HOOK]["HeartbeatTimeout"] == p.boot_budget_s
+    assert hooks[DRAIN_HOOK]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert len(fleet.hooks) == 2
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"port": 0}, r"port 0 is not a TCP port"),
+        ({"root_volume_gib": 0}, r"0 GiB root volume is outside gp3's 1-16384 GiB"),
+        ({"root_volume_gib": 20_000}, r"lower the model size or the fleet's image_headroom_gib"),
+        ({"boot_budget_s": 0}, r"boot budget 0 s must be positive"),
+        ({"release": ""}, r"release is empty; pass userdata.render.release_id"),
+    ],
+)
+def test_fleet_props_are_refused_with_what_to_change(regional_stack, override, message):
+    with pytest.raises(ProfileError, match=message):
+        _fleet(regional_stack, **override)
+
+
+def _monitoring(stack: cdk.Stack, stack_name: str, **overrides) -> Template:
+    p = profile_by_stack(stack_name)
+    fleet = _fleet(stack, stack_name)
+    vpc = stack.node.find_child("Vpc")
+    logs = cdk.aws_s3.Bucket(stack, "Logs")
+    lb = InferenceLoadBalancer(
+        stack, "LoadBalancer", vpc=vpc, vpc_cidr=p.fleet.vpc_cidr, access_logs=logs, targets=[fleet.asg],
+        target_port=fleet.port,
+    )  # fmt: skip
+    props = {"name": stack_name, "fleet": p.fleet, "has_gpu": p.hardware.has_gpu, "mtp": p.mtp}
+    ServiceMonitoring(
+        stack, "Monitoring", asg=fleet.asg, alb=lb.alb, target_group=lb.target_group, **{**props, **overrides}
+    )
+    return Template.from_stack(stack)
+
+
+def _dashboard_body(t: Template) -> str:
+    (dashboard,) = t.find_resources("AWS::CloudWatch::Dashboard").values()
+    return json.dumps(dashboard["Properties"]["DashboardBody"])
+
+
+def test_gpu_and_mtp_widgets_follow_the_props_and_the_name_names_the_dashboard(regional_stack):
+    t = _monitoring(regional_stack, "GpuMtpStack")
+    t.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "GpuMtpStack-llama"})
+    body = _dashboard_body(t)
+    assert "nvidia_smi_utilization_gpu" in body and "MTP draft acceptance" in body
+    assert "DrainStreamsCut" in body and "HTTPCode_ELB_503_Count" in body
+
+
+def test_a_cpu_stack_without_mtp_has_neither_gpu_nor_mtp_widgets_and_a_wider_ttft_alarm(regional_stack):
+    t = _monitoring(regional_stack, "IntelMoeStack")
+    body = _dashboard_body(t)
+    assert "nvidia_smi" not in body and "MTP draft acceptance" not in body
+    descriptions = [a["Properties"]["AlarmDescription"] for a in t.find_resources("AWS::CloudWatch::Alarm").values()]
+    assert any(d.startswith("IntelMoeStack: P95 time to first token above 30 s") for d in descriptions), descriptions
+
+
+def test_monitoring_refuses_an_empty_name(regional_stack):
+    with pytest.raises(ValueError, match=r"name is empty; pass the stack's name"):
+        _monitoring(regional_stack, "IntelMoeStack", name="")

@@ -281,7 +281,7 @@ def test_a_first_boot_into_the_warm_pool_and_a_rebalance_recommendation_do_not_d
 
 def test_boot_script_runs_the_hop_with_the_drain_watch():
     """The rendered unit passes what the drain needs; the deadline is the fleet's (one source of truth)."""
-    from catalog import PROFILES
+    from tests.committed import PROFILES
 
     text = (Path(__file__).parents[2] / "userdata" / "templates" / "boot.sh.j2").read_text()
     assert "--drain-imds http://169.254.169.254 --drain-deadline {{ p.fleet.drain_deadline_s }}" in text

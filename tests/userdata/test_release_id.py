@@ -34,10 +34,14 @@ def _changed(value: object) -> object:
 
 
 def _with(obj: object, path: list[str]) -> object:
-    """obj with the field at path (e.g. ["fleet", "model_load_s"]) changed."""
+    """obj with the value at path (e.g. ["fleet", "model_load_s"]) changed: a field through dataclasses.replace, a
+    derived value (a property such as fleet.drain_deadline_s) through a subclass that answers the changed value."""
     head, *rest = path
-    value = getattr(obj, head)
-    return replace(obj, **{head: _with(value, rest) if rest else _changed(value)})
+    new = _with(getattr(obj, head), rest) if rest else _changed(getattr(obj, head))
+    if head in {f.name for f in fields(obj)}:
+        return replace(obj, **{head: new})
+    derived = type(type(obj).__name__, (type(obj),), {head: property(lambda _self: new)})
+    return derived(**{f.name: getattr(obj, f.name) for f in fields(obj) if f.init})
 
 
 def _profile_paths() -> list[str]:

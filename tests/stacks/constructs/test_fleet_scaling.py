@@ -1,0 +1,84 @@
+"""FleetScaling alone: the warm pool after the hooks, off hours with and without waking on a request, the wake
+alarm and its ExactCapacity step, and the refusal when the wake has no ALB metric to watch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Match, Template
+
+from stacks.scaling import FleetScaling
+from tests.committed import profile_by_stack
+
+FLEET = profile_by_stack("IntelMoeStack").fleet
+ELB_503 = cloudwatch.Metric(
+    namespace="AWS/ApplicationELB",
+    metric_name="HTTPCode_ELB_503_Count",
+    statistic="Sum",
+    period=cdk.Duration.minutes(1),
+)
+
+
+def _scaled(stack: cdk.Stack, with_503: bool = True, **fleet_changes) -> Template:
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0)
+    asg = autoscaling.AutoScalingGroup(
+        stack, "Group", vpc=vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
+        instance_type=ec2.InstanceType("c8i.4xlarge"), machine_image=ec2.MachineImage.latest_amazon_linux2023(),
+    )  # fmt: skip
+    hooks = [
+        asg.add_lifecycle_hook("Ready", lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING),
+        asg.add_lifecycle_hook("Drain", lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING),
+    ]
+    FleetScaling(
+        stack, "Scaling", fleet=replace(FLEET, **fleet_changes), asg=asg, hooks=hooks,
+        no_target_503=ELB_503 if with_503 else None,
+    )  # fmt: skip
+    return Template.from_stack(stack)
+
+
+def test_the_warm_pool_is_created_after_both_lifecycle_hooks(stack):
+    t = _scaled(stack, warm_pool_size=1)
+    (pool,) = t.find_resources("AWS::AutoScaling::WarmPool").values()
+    hooks = t.find_resources("AWS::AutoScaling::LifecycleHook")
+    assert len(hooks) == 2 and set(hooks) <= set(pool["DependsOn"]), pool
+
+
+def test_off_hours_without_wake_hold_the_group_at_zero(stack):
+    t = _scaled(stack, off_hours=(20, 8), wake_on_request=False)
+    t.has_resource_properties(
+        "AWS::AutoScaling::ScheduledAction",
+        {"Recurrence": "0 20 * * MON-FRI", "MinSize": 0, "MaxSize": 0, "TimeZone": "Asia/Shanghai"},
+    )
+    assert not t.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"Metrics": Match.any_value()}})
+
+
+def test_off_hours_with_wake_bring_the_group_to_zero_and_a_refused_request_sets_it_to_one(stack):
+    t = _scaled(stack, off_hours=(20, 8), wake_on_request=True)
+    t.has_resource_properties(
+        "AWS::AutoScaling::ScheduledAction",
+        {"Recurrence": "0 20 * * MON-FRI", "MinSize": 0, "MaxSize": FLEET.max_capacity, "DesiredCapacity": 0},
+    )
+    t.has_resource_properties(
+        "AWS::AutoScaling::ScalingPolicy",
+        {
+            "AdjustmentType": "ExactCapacity",
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}],
+        },
+    )
+    alarms = t.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"Metrics": Match.any_value()}})
+    (wake,) = [a["Properties"] for a in alarms.values() if "scale to one" in a["Properties"]["AlarmDescription"]]
+    expression = next(m["Expression"] for m in wake["Metrics"] if "Expression" in m)
+    assert expression == "IF(FILL(served, 0) < 1 AND FILL(refused, 0) > 0, 1, 0)"
+    watched = {m["MetricStat"]["Metric"]["MetricName"] for m in wake["Metrics"] if "MetricStat" in m}
+    assert watched == {"GroupInServiceInstances", "HTTPCode_ELB_503_Count"}
+    assert wake["EvaluationPeriods"] == 1 and wake["Threshold"] == 1
+
+
+def test_wake_on_request_without_the_alb_metric_is_refused(stack):
+    with pytest.raises(ValueError, match=r"wake_on_request needs the load balancer's HTTPCode_ELB_503_Count"):
+        _scaled(stack, with_503=False, wake_on_request=True)

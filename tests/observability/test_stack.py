@@ -33,14 +33,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 MAX_TOKENS = 24
 
 
-def _wait(check, timeout: float, what: str):
+def _wait(check, timeout: float, what: str, seen=None):
+    """check() until truthy; on a timeout the message carries what `seen()` (or check()) last answered."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    last = (seen or check)()
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last seen: {last!r})")
 
 
 class Prometheus:
@@ -152,7 +154,8 @@ def test_percentiles_reach_prometheus(stack) -> None:
         refused.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], max_tokens=4)
     sent_s = time.monotonic() - started
 
-    count = _wait(lambda: prom.scalar(f'sum({names.TTFT}_count{{job="gguf-serve"}}) == 12'), 30, "12 TTFT observations")
+    observed = f'sum({names.TTFT}_count{{job="gguf-serve"}})'
+    count = _wait(lambda: prom.scalar(f"{observed} == 12"), 30, "12 TTFT observations", lambda: prom.scalar(observed))
     assert count == 12
     assert prom.scalar(f'sum({names.REQUESTS}{{code="200"}})') == 12
     assert _wait(lambda: prom.scalar(f'sum({names.REQUESTS}{{code="401"}})'), 10, "the refused request") == 1

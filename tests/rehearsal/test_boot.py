@@ -356,14 +356,25 @@ def test_a_spot_notice_then_the_group_taking_the_instance_drain_the_hop_on_the_i
     assert d.wait_boot_done(timeout=900) == "run-user-data: user data exited 0", d.diagnostics()
     steps = _steps(d)
     TIMINGS["drain_instance_healthy_s"] = steps.get("healthy; boot complete")
-    body = '{"messages":[{"role":"user","content":"Count to ten."}],"max_tokens":16,"ignore_eos":true,"stream":true}'
     auth = f"-H 'Authorization: Bearer {world.api_key}' -H 'Content-Type: application/json'"
+    # The stream must still run when the hop sees the notice (it polls IMDS every 5 s): size it from this
+    # machine's own speed, timed with a 16-token answer (prompt included, so the rate is an underestimate), to
+    # last about 30 s, well inside the 120 s notice whatever the load.
+    probe = '{"messages":[{"role":"user","content":"Count to ten."}],"max_tokens":16,"ignore_eos":true}'
+    took = float(d.sh(f"curl -s -o /dev/null -w '%{{time_total}}' {auth} -d '{probe}' "
+                      "http://127.0.0.1:8080/v1/chat/completions").stdout)  # fmt: skip
+    tokens = max(16, min(2048, round(16 / max(took, 1e-3) * 30)))
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": "Count to ten."}], "max_tokens": tokens, "ignore_eos": True,
+         "stream": True}, separators=(",", ":"),
+    )  # fmt: skip
     d.sh(f"nohup curl -sN {auth} -d '{body}' http://127.0.0.1:8080/v1/chat/completions > /tmp/stream 2>&1 &")
     d.wait(lambda: "data: " in d.sh("cat /tmp/stream").stdout, 60, "the stream's first token", interval=0.2)
     noticed = time.time()
     deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(noticed + 120))
     d.imds.instance.notices[SPOT_ACTION] = json.dumps({"action": "terminate", "time": deadline})
     d.wait(lambda: _health(d) == "503", 30, "/health 503 after the notice", interval=0.5)
+    assert "data: [DONE]" not in d.sh("cat /tmp/stream").stdout, f"a {tokens}-token stream ended before the drain"
     refused = d.sh(f'curl -si {auth} -d \'{{"messages":[],"max_tokens":1}}\' http://127.0.0.1:8080/v1/chat/completions')
     assert refused.stdout.startswith("HTTP/1.1 503") and "retry-after:" in refused.stdout.lower(), refused.stdout
     d.wait(lambda: "data: [DONE]" in d.sh("cat /tmp/stream").stdout, 110, "the stream's end", interval=0.5)

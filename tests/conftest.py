@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import stacks  # noqa: F401 - loaded before any test module imports aws_cdk: it silences jsii's Node banner
+
 ROOT = Path(__file__).resolve().parent.parent
 # The test tiers, one registered marker each (pyproject.toml); a test without one is `fast`.
 TIERS = ("e2e", "fresh", "images", "arm64", "cuda", "rehearsal")

@@ -411,30 +411,14 @@ class _Connection:
         record = RequestRecord(started) if measured else None
         if slot and server.drain is not None:  # leaving: another instance takes the retry
             server.drain.refused += 1
-            if record is not None:
-                record.status = 503
-                server.metrics.observe(record)
-            keep = length is not None and length <= DRAIN_ON_REFUSAL and await self._drain_body(DRAIN_ON_REFUSAL)
-            await self._refuse(
-                503,
-                f"this instance is draining ({server.drain.reason}); retry, another instance will answer",
-                close=not keep,
-                extra=[(b"retry-after", b"%d" % server.admission.retry_after_s)],
-            )
+            reason = f"this instance is draining ({server.drain.reason}); retry, another instance will answer"
+            await self._refuse_slot(503, reason, record, length)
             return
         limit = server.admission.limit
         if slot and limit is not None and server.in_flight >= limit:
             server.metrics.shed += 1
-            if record is not None:
-                record.status = 429
-                server.metrics.observe(record)
-            keep = length is not None and length <= DRAIN_ON_REFUSAL and await self._drain_body(DRAIN_ON_REFUSAL)
-            await self._refuse(
-                429,
-                f"llama-server has {server.in_flight} requests for {server.admission.slots} slots; retry later",
-                close=not keep,
-                extra=[(b"retry-after", b"%d" % server.admission.retry_after_s)],
-            )
+            reason = f"llama-server has {server.in_flight} requests for {server.admission.slots} slots; retry later"
+            await self._refuse_slot(429, reason, record, length)
             return
         if slot:
             server.in_flight += 1
@@ -466,6 +450,16 @@ class _Connection:
         # cpp-httplib routes on the part before '#' and '?', percent-decoded (decode_path_component)
         path = target.split(b"#", 1)[0].split(b"?", 1)[0].decode("latin-1")
         return unquote(path, errors="replace"), length, chunked
+
+    async def _refuse_slot(self, status: int, reason: str, record: RequestRecord | None, length: int | None) -> None:
+        """A request that would take a slot, refused with Retry-After (503 draining, 429 over admission): counted
+        in the request metrics, and the connection kept when its small body can be read past."""
+        if record is not None:
+            record.status = status
+            self.server.metrics.observe(record)
+        keep = length is not None and length <= DRAIN_ON_REFUSAL and await self._drain_body(DRAIN_ON_REFUSAL)
+        retry = [(b"retry-after", b"%d" % self.server.admission.retry_after_s)]
+        await self._refuse(status, reason, close=not keep, extra=retry)
 
     async def _health(self, request: h11.Request) -> None:
         """llama-server's own /health when it answers in time; otherwise an answer from what the hop saw."""

@@ -41,8 +41,12 @@ API_KEY_SCRIPT = f"/usr/local/bin/{PRODUCT}-api-key"
 
 # AWS names
 METRICS_NAMESPACE = "GgufServe/LlamaServer"  # CloudWatch; the IAM condition on PutMetricData names it
-LIFECYCLE_HOOK = f"{PRODUCT}-ready"  # launch hook the instance completes once /health answers 200
-DRAIN_HOOK = f"{PRODUCT}-drain"  # termination hook the hop completes once its streams are done (latencyproxy.drain)
+# The lifecycle hooks live in the group's own LifecycleHookSpecificationList (stacks/fleet.py). They were separate
+# AWS::AutoScaling::LifecycleHook resources named gguf-serve-ready and gguf-serve-drain: new names, so that the
+# update's cleanup, which deletes the old resources' hooks by name, cannot delete the group's (docs/upgrading.md).
+LIFECYCLE_HOOK = f"{PRODUCT}-launch-ready"  # launch hook the instance completes once /health answers 200
+LEGACY_LIFECYCLE_HOOK = f"{PRODUCT}-ready"  # the launch hook's name before; completed too, for the upgrade's update
+DRAIN_HOOK = f"{PRODUCT}-terminate-drain"  # termination hook the hop completes when its streams are done (drain.py)
 # The hop records a heartbeat on the drain hook this often while streams run; the hook's timeout is three of these,
 # so a hop that died releases the instance within minutes while a live one holds it up to the drain deadline.
 DRAIN_HEARTBEAT_S = 60

@@ -79,7 +79,7 @@ class ServingFleet(Construct):
         )
         self.release_parameter.grant_read(self.role)
         self.asg = self._group(vpc, fleet, boot)
-        self.hooks: list[autoscaling.LifecycleHook] = self._hooks(boot)  # the warm pool waits for both
+        self._hooks(boot)
         self.drain_deadline_s = fleet.drain_deadline_s
         self._grant_reporting(has_gpu=hardware.has_gpu)
 
@@ -181,29 +181,35 @@ class ServingFleet(Construct):
         )
         return asg
 
-    def _hooks(self, boot: Duration) -> list[autoscaling.LifecycleHook]:
-        # Warm-pool and scale-out instances join only after /health answers 200 (the hook is released then).
-        ready = self.asg.add_lifecycle_hook(
-            "Ready",
-            lifecycle_hook_name=READY_HOOK,
-            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
-            heartbeat_timeout=boot,
-            default_result=autoscaling.DefaultResult.ABANDON,
-        )
-        # Scale-in, rolling updates, capacity rebalancing and a return to the warm pool all pass this hook: the hop
-        # sees autoscaling/target-lifecycle-state change in IMDS, answers new requests 503 + Retry-After, records a
-        # heartbeat while its streams run and completes CONTINUE when they are done or at fleet.drain_deadline_s.
-        # The ALB deregisters the instance first (deregistration delay: the backstop); a terminating instance waits
-        # in Terminating:Wait, one going back to the warm pool in Warmed:Pending:Wait (EC2 Auto Scaling User Guide,
-        # "How lifecycle hooks work" and "Use lifecycle hooks with a warm pool", docs.amazonaws.cn).
-        drain = self.asg.add_lifecycle_hook(
-            "Drain",
-            lifecycle_hook_name=DRAIN_HOOK,
-            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
-            heartbeat_timeout=Duration.seconds(DRAIN_HEARTBEAT_S * DRAIN_HEARTBEATS_MISSED),
-            default_result=autoscaling.DefaultResult.CONTINUE,
-        )
-        return [ready, drain]
+    def _hooks(self, boot: Duration) -> None:
+        """Both hooks are in the group's own LifecycleHookSpecificationList: "lifecycle hooks to add to the Auto
+        Scaling group before instances are launched" (CloudFormation Template Reference, AWS::AutoScaling::
+        AutoScalingGroup, LifecycleHookSpecificationList; API Reference, CreateAutoScalingGroup). Separate
+        AWS::AutoScaling::LifecycleHook resources are created only after the group, so its first instances (and
+        a warm pool created in parallel) launched without them."""
+        cfn_group: autoscaling.CfnAutoScalingGroup = self.asg.node.default_child  # type: ignore[assignment]
+        cfn_group.lifecycle_hook_specification_list = [
+            # Warm-pool and scale-out instances join only after /health answers 200 (the hook is released then).
+            autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
+                lifecycle_hook_name=READY_HOOK,
+                lifecycle_transition="autoscaling:EC2_INSTANCE_LAUNCHING",
+                heartbeat_timeout=boot.to_seconds(),
+                default_result="ABANDON",
+            ),
+            # Scale-in, rolling updates, capacity rebalancing and a return to the warm pool all pass this hook: the
+            # hop sees autoscaling/target-lifecycle-state change in IMDS, answers new requests 503 + Retry-After,
+            # records a heartbeat while its streams run and completes CONTINUE when they are done or at
+            # fleet.drain_deadline_s. The ALB deregisters the instance first (deregistration delay: the backstop); a
+            # terminating instance waits in Terminating:Wait, one going back to the warm pool in Warmed:Pending:Wait
+            # (EC2 Auto Scaling User Guide, "How lifecycle hooks work" and "Use lifecycle hooks with a warm pool",
+            # docs.amazonaws.cn).
+            autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
+                lifecycle_hook_name=DRAIN_HOOK,
+                lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+                heartbeat_timeout=DRAIN_HEARTBEAT_S * DRAIN_HEARTBEATS_MISSED,
+                default_result="CONTINUE",
+            ),
+        ]
 
     def _grant_reporting(self, *, has_gpu: bool) -> None:
         """Signal CloudFormation, complete and heartbeat its own hooks, put metrics; GPU: describe tags."""

@@ -130,11 +130,9 @@ class FleetScaling(Construct):
         *,
         fleet: FleetSettings,
         asg: autoscaling.AutoScalingGroup,
-        hooks: Sequence[autoscaling.LifecycleHook] = (),
         no_target_503: cloudwatch.IMetric | None = None,
     ) -> None:
-        """`hooks`: lifecycle hooks the warm pool is created after, so that no warm instance launches without them.
-        `no_target_503`: the ALB's own 503s (HTTPCode_ELB_503_Count, Sum), which wake a group at zero."""
+        """`no_target_503`: the ALB's own 503s (HTTPCode_ELB_503_Count, Sum), which wake a group at zero."""
         super().__init__(scope, construct_id)
         warmup = Duration.seconds(fleet.model_load_s)
         self.busy_slots = asg.scale_to_track_metric(
@@ -182,14 +180,11 @@ class FleetScaling(Construct):
                 raise ValueError("wake_on_request needs the load balancer's HTTPCode_ELB_503_Count")
             self.wake = wake_on_request(asg, no_target_503=no_target_503, warmup=warmup)
         if fleet.warm_pool_size:
+            # The lifecycle hooks are part of the group (stacks/fleet.py), so a warm instance is held by the launch
+            # hook from its first boot: it waits in Warmed:Pending:Wait until the ready unit completes it, rather
+            # than being stopped as soon as it has launched (User Guide, "Use lifecycle hooks with a warm pool").
             self.warm_pool = asg.add_warm_pool(
                 min_size=fleet.warm_pool_size,
                 pool_state=autoscaling.PoolState.STOPPED,  # Hibernated is not available in China
                 reuse_on_scale_in=True,
             )
-            # Without this, CloudFormation creates the pool and the hooks in parallel (both only reference the
-            # group), and EC2 Auto Scaling stops a warm instance as soon as it has launched when no launch hook
-            # holds it, whether or not its user data has finished (User Guide, "Use lifecycle hooks with a warm
-            # pool"). With it, every warm instance waits in Warmed:Pending:Wait until the ready unit completes.
-            for hook in hooks:
-                self.warm_pool.node.add_dependency(hook)

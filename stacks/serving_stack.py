@@ -93,9 +93,7 @@ class ServingStack(Stack):
         no_target_503 = lb.alb.metrics.http_code_elb(
             elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
         )
-        self.scaling = FleetScaling(
-            self, "Scaling", fleet=profile.fleet, asg=fleet.asg, hooks=fleet.hooks, no_target_503=no_target_503
-        )
+        self.scaling = FleetScaling(self, "Scaling", fleet=profile.fleet, asg=fleet.asg, no_target_503=no_target_503)
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", name=self.stack_name, fleet=profile.fleet, has_gpu=profile.hardware.has_gpu,
             mtp=profile.mtp, asg=fleet.asg, alb=lb.alb, target_group=lb.target_group,

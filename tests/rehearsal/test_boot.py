@@ -60,7 +60,9 @@ def _signals(world, instance, status: str | None = None):
 
 
 def _lifecycle(world, instance, result: str | None = None):
-    params = {"InstanceId": instance.instance_id, **({"LifecycleActionResult": result} if result else {})}
+    """The instance's completions of its launch hook (the legacy hook's refused completion is not one)."""
+    params = {"InstanceId": instance.instance_id, "LifecycleHookName": READY_HOOK}
+    params |= {"LifecycleActionResult": result} if result else {}
     return world.aws.recorder.of("CompleteLifecycleAction", **params)
 
 

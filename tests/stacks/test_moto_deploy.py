@@ -24,14 +24,15 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from runtime.names import DRAIN_HOOK
+from runtime.names import LIFECYCLE_HOOK as READY_HOOK
 from tests.committed import profile_by_stack
 from tests.stacks.conftest import STACK_NAMES
 
 REGION = "cn-northwest-1"
 ACCOUNT = "123456789012"
 NOT_IN_MOTO = {"AWS::CloudFormation::CustomResource", "AWS::CodeBuild::Project", "AWS::CloudWatch::Dashboard"}
-REPLAYED = {"AWS::AutoScaling::ScalingPolicy", "AWS::CloudWatch::Alarm", "AWS::AutoScaling::WarmPool",
-            "AWS::AutoScaling::LifecycleHook"}  # fmt: skip
+REPLAYED = {"AWS::AutoScaling::ScalingPolicy", "AWS::CloudWatch::Alarm", "AWS::AutoScaling::WarmPool"}
 
 
 def _refs(resource: dict, names) -> set[str]:
@@ -116,19 +117,25 @@ def resolve(value, physical: dict):
     return value
 
 
+def put_group_hooks(template: dict, physical: dict) -> None:
+    """moto 5.2.5 creates a group without its LifecycleHookSpecificationList: put each hook, as CreateAutoScalingGroup
+    does before it launches an instance."""
+    autoscaling = boto3.client("autoscaling", region_name=REGION)
+    for name, r in template["Resources"].items():
+        if r["Type"] == "AWS::AutoScaling::AutoScalingGroup":
+            for spec in r["Properties"].get("LifecycleHookSpecificationList", []):
+                autoscaling.put_lifecycle_hook(AutoScalingGroupName=physical[name], **spec)
+
+
 def replay(resources: dict, physical: dict) -> None:
     autoscaling = boto3.client("autoscaling", region_name=REGION)
     cloudwatch = boto3.client("cloudwatch", region_name=REGION)
-    order = ["AWS::AutoScaling::LifecycleHook", "AWS::AutoScaling::WarmPool", "AWS::AutoScaling::ScalingPolicy",
-             "AWS::CloudWatch::Alarm"]  # fmt: skip
-    for kind in order:
+    for kind in ["AWS::AutoScaling::WarmPool", "AWS::AutoScaling::ScalingPolicy", "AWS::CloudWatch::Alarm"]:
         for name, r in resources.items():
             if r["Type"] != kind:
                 continue
             p = resolve(r["Properties"], physical)
-            if kind == "AWS::AutoScaling::LifecycleHook":
-                autoscaling.put_lifecycle_hook(**p)
-            elif kind == "AWS::AutoScaling::WarmPool":
+            if kind == "AWS::AutoScaling::WarmPool":
                 autoscaling.put_warm_pool(**p)
             elif kind == "AWS::AutoScaling::ScalingPolicy":
                 p.setdefault("PolicyName", name)
@@ -159,6 +166,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
             r["LogicalResourceId"]: r["PhysicalResourceId"]
             for r in cf.list_stack_resources(StackName=stack)["StackResourceSummaries"]
         }
+        put_group_hooks(template, physical)
         replay(replayed, physical)
 
         autoscaling = boto3.client("autoscaling", region_name=REGION)
@@ -182,7 +190,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         assert reservation["Instances"][0]["InstanceType"] == profile.hardware.instance_type
 
         hooks = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=name)["LifecycleHooks"]
-        assert sorted(h["LifecycleHookName"] for h in hooks) == ["gguf-serve-drain", "gguf-serve-ready"]
+        assert sorted(h["LifecycleHookName"] for h in hooks) == sorted([DRAIN_HOOK, READY_HOOK])
         pool = autoscaling.describe_warm_pool(AutoScalingGroupName=name)["WarmPoolConfiguration"]
         assert pool["PoolState"] == "Stopped" and pool["MinSize"] == profile.fleet.warm_pool_size
 

@@ -28,10 +28,11 @@ def only(template: Template, kind: str) -> dict:
 
 def hook(template: Template, transition: str) -> dict:
     """The one lifecycle hook of a transition (LAUNCHING, TERMINATING)."""
+    group = only(template, "AWS::AutoScaling::AutoScalingGroup")
     found = [
-        r["Properties"]
-        for r in resources(template, "AWS::AutoScaling::LifecycleHook").values()
-        if r["Properties"]["LifecycleTransition"] == f"autoscaling:EC2_INSTANCE_{transition}"
+        h
+        for h in group.get("LifecycleHookSpecificationList", [])
+        if h["LifecycleTransition"] == f"autoscaling:EC2_INSTANCE_{transition}"
     ]
     assert len(found) == 1, f"expected one {transition} hook, found {len(found)}"
     return found[0]
@@ -198,12 +199,15 @@ class TestOperatingAtScale:
         assert ready["DefaultResult"] == "ABANDON" and ready["HeartbeatTimeout"] >= p.boot_budget_s
         assert f'--lifecycle-hook-name "{ready["LifecycleHookName"]}"' in user_data(t)
 
-    def test_the_warm_pool_is_created_after_both_hooks(self, templates, stack):
-        """No warm instance launches without the launch hook holding it until the ready unit completes it."""
-        res = templates[stack].to_json()["Resources"]
-        (pool_id,) = [k for k, v in res.items() if v["Type"] == "AWS::AutoScaling::WarmPool"]
-        hook_ids = {k for k, v in res.items() if v["Type"] == "AWS::AutoScaling::LifecycleHook"}
-        assert len(hook_ids) == 2 and hook_ids <= set(res[pool_id]["DependsOn"])
+    def test_the_hooks_are_part_of_the_group_so_no_instance_launches_without_them(self, templates, stack):
+        """No first, warm or scale-out instance launches without the launch hook holding it until the ready unit
+        completes it: the hooks are created with the group, not as resources created after it."""
+        t = templates[stack]
+        assert not resources(t, "AWS::AutoScaling::LifecycleHook")
+        hooks = only(t, "AWS::AutoScaling::AutoScalingGroup")["LifecycleHookSpecificationList"]
+        assert sorted(h["LifecycleTransition"] for h in hooks) == [
+            "autoscaling:EC2_INSTANCE_LAUNCHING", "autoscaling:EC2_INSTANCE_TERMINATING"
+        ]  # fmt: skip
 
     def test_drain_hook_continues_and_its_heartbeats_are_granted_on_the_group_only(self, templates, stack):
         from runtime.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK

@@ -14,6 +14,7 @@ import jinja2
 import pytest
 
 from launcher.preflight import EX_CONFIG
+from runtime import names
 from tests.committed import PROFILES
 from userdata import BootSettings, render_user_data
 from userdata.render import _ENV, USER_DATA_LIMIT
@@ -28,7 +29,7 @@ BOOT = BootSettings(
     model_cache_url="s3://model-cache-bucket/models/",
     log_group="/gguf-serve/GravitonMoeStack",
     metrics_namespace="GgufServe/LlamaServer",
-    lifecycle_hook="gguf-serve-ready",
+    lifecycle_hook=names.LIFECYCLE_HOOK,
     release="0123456789abcdef",
     release_parameter="/GravitonMoeStack/serving-release",
 )
@@ -113,4 +114,9 @@ def test_a_first_boot_cut_short_never_leaves_a_half_ready_instance_in_service():
         "systemctl enable --now gguf-serve-metrics.service", "systemctl enable gguf-serve-ready.service",
     )}  # fmt: skip
     assert list(at) == sorted(at, key=at.get)
-    assert text.count("--lifecycle-action-result CONTINUE") == 1  # only the ready unit completes the launch hook
+    # only the ready unit completes the launch hook (and, for an upgrade's update, the hook's earlier name)
+    script = f"/usr/local/bin/{names.READY_UNIT}"
+    ready = text[text.index(f"cat > {script}") : text.index(f"chmod 0755 {script}")]
+    assert text.count("--lifecycle-action-result CONTINUE") == ready.count("--lifecycle-action-result CONTINUE") == 2
+    for hook in (names.LIFECYCLE_HOOK, names.LEGACY_LIFECYCLE_HOOK):
+        assert f'--lifecycle-hook-name "{hook}" --instance-id "\\$instance" --lifecycle-action-result CONTINUE' in ready

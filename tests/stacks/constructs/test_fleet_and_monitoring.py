@@ -59,18 +59,18 @@ def test_instances_get_imdsv2_an_encrypted_gp3_root_of_the_given_size_and_no_ssh
     assert "KeyName" not in template["Properties"]["LaunchTemplateData"]
 
 
-def test_both_hooks_exist_with_the_boot_budget_and_the_warm_pool_waits_for_them(regional_stack):
+def test_both_hooks_are_created_with_the_group_and_the_boot_budget(regional_stack):
     p = profile_by_stack("IntelMoeStack")
-    fleet = _fleet(regional_stack)
+    _fleet(regional_stack)
     t = Template.from_stack(regional_stack)
-    hooks = {
-        h["Properties"]["LifecycleHookName"]: h["Properties"]
-        for h in t.find_resources("AWS::AutoScaling::LifecycleHook").values()
-    }
+    assert not t.find_resources("AWS::AutoScaling::LifecycleHook")  # created after the group: too late
+    (group,) = t.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    hooks = {h["LifecycleHookName"]: h for h in group["Properties"]["LifecycleHookSpecificationList"]}
     assert set(hooks) == {READY_HOOK, DRAIN_HOOK}
     assert hooks[READY_HOOK]["HeartbeatTimeout"] == p.boot_budget_s
+    assert hooks[READY_HOOK]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
     assert hooks[DRAIN_HOOK]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
-    assert len(fleet.hooks) == 2
+    assert hooks[DRAIN_HOOK]["DefaultResult"] == "CONTINUE"
 
 
 @pytest.mark.parametrize(

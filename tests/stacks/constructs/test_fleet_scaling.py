@@ -1,4 +1,4 @@
-"""FleetScaling alone: the warm pool after the hooks, off hours with and without waking on a request, the wake
+"""FleetScaling alone: the warm pool, off hours with and without waking on a request, the wake
 alarm and its ExactCapacity step, and the refusal when the wake has no ALB metric to watch."""
 
 from __future__ import annotations
@@ -30,22 +30,19 @@ def _scaled(stack: cdk.Stack, with_503: bool = True, **fleet_changes) -> Templat
         stack, "Group", vpc=vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
         instance_type=ec2.InstanceType("c8i.4xlarge"), machine_image=ec2.MachineImage.latest_amazon_linux2023(),
     )  # fmt: skip
-    hooks = [
-        asg.add_lifecycle_hook("Ready", lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING),
-        asg.add_lifecycle_hook("Drain", lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING),
-    ]
     FleetScaling(
-        stack, "Scaling", fleet=replace(FLEET, **fleet_changes), asg=asg, hooks=hooks,
+        stack, "Scaling", fleet=replace(FLEET, **fleet_changes), asg=asg,
         no_target_503=ELB_503 if with_503 else None,
     )  # fmt: skip
     return Template.from_stack(stack)
 
 
-def test_the_warm_pool_is_created_after_both_lifecycle_hooks(stack):
+def test_the_warm_pool_keeps_stopped_instances_and_takes_them_back_on_scale_in(stack):
     t = _scaled(stack, warm_pool_size=1)
-    (pool,) = t.find_resources("AWS::AutoScaling::WarmPool").values()
-    hooks = t.find_resources("AWS::AutoScaling::LifecycleHook")
-    assert len(hooks) == 2 and set(hooks) <= set(pool["DependsOn"]), pool
+    t.has_resource_properties(
+        "AWS::AutoScaling::WarmPool",
+        {"MinSize": 1, "PoolState": "Stopped", "InstanceReusePolicy": {"ReuseOnScaleIn": True}},
+    )
 
 
 def test_off_hours_without_wake_hold_the_group_at_zero(stack):

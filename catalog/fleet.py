@@ -22,6 +22,7 @@ class FleetSettings:
     planning_download_mib_s: float = 15.0  # worst case: one ModelScope stream, no S3 cache yet
     cache_upload_mib_s: float = 50.0  # the synchronous write-back of a fresh download to the S3 model cache
     model_load_s: int = 300  # start container + read the GGUF + warm up, with margin
+    instance_start_s: int = 60  # EC2 start or launch to user data/units running (a planning figure, not measured)
     allowed_cidrs: tuple[str, ...] = ()  # who may call the internal ALB; empty: the VPC only
     vpc_cidr: str = "10.40.0.0/16"
     max_azs: int = 2
@@ -36,8 +37,8 @@ class FleetSettings:
     off_hours: tuple[int, int] | None = None  # (stop, start) hour in Asia/Shanghai on weekdays: scale to zero
     # The longest answer a drain waits for (scale-in, rolling update, warm-pool return): the report's longest
     # generation, 2048 tokens at its slowest measured single stream, 4.56 tok/s (the ALB idle timeout's reasoning).
-    # A group at zero (off_hours, min_capacity 0) scales to one when the ALB answers a request itself with 503 for
-    # want of a target (stacks/scaling.py, FleetScaling): the first client retries until the instance is up.
+    # A group at zero (off_hours, min_capacity 0) wakes on its first request: the wake door (stacks/wake_door.py)
+    # answers it 503 + Retry-After and sets the group to one instance; the client retries until it is up.
     wake_on_request: bool = False
     longest_answer_tokens: int = 2048
     slowest_decode_tok_s: float = 4.56

@@ -55,6 +55,7 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "planning_download_mib_s": (0.1, 100_000, "MiB/s"),
         "cache_upload_mib_s": (0.1, 100_000, "MiB/s"),
         "model_load_s": (1, 7200, "s"),
+        "instance_start_s": (1, 7200, "s"),
         "max_azs": (1, 6, "zones"),
         "nat_gateways": (0, 6, "NAT gateways"),
         "target_busy_slot_ratio": (0.05, 1.0, "of the slots"),

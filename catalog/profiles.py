@@ -69,6 +69,30 @@ class ServingProfile:
         """Worst-case seconds from launch to /health 200, rounded up to whole minutes."""
         return math.ceil(sum(self.boot_plan_s().values()) / 60) * 60
 
+    def wake_plan_s(self) -> dict[str, float]:
+        """Seconds per step of a wake-up from zero to /health 200: a warm-pool instance starts and reads the model
+        from its own volume; without a warm pool (or on Spot, which has none) a new instance boots with the model in
+        the stack's S3 cache. The instance start is fleet.instance_start_s, not measured."""
+        f, mib = self.fleet, 1024 * 1024
+        if f.warm_pool_size and not f.spot:
+            return {
+                "instance_start": f.instance_start_s,
+                "model_read": self.model.size_bytes / (f.volume_throughput_mibps * mib),
+                "model_load": f.model_load_s,
+            }
+        return {
+            "instance_start": f.instance_start_s,
+            "packages": f.package_install_s,
+            "image_pull": f.image_pull_gib * GIB / (f.image_pull_mib_s * mib),
+            "cache_read": self.model.size_bytes / (f.cache_upload_mib_s * mib),
+            "model_load": f.model_load_s,
+        }
+
+    @property
+    def wake_s(self) -> int:
+        """Expected seconds from a wake-up to /health 200 (the wake door's first Retry-After), whole seconds up."""
+        return math.ceil(sum(self.wake_plan_s().values()))
+
     def vcpu_plan(self) -> dict[str, int]:
         """vCPUs running at once, against the account's On-Demand (or Spot) vCPU quota.
 

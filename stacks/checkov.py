@@ -25,8 +25,23 @@ _LAMBDA_REASONS = {
 }
 
 
+_WAKE_DOOR_REASONS = {
+    "CKV_AWS_115": "The wake door answers requests only while the group is at zero; reserved concurrency would take "
+    "capacity from the account's other functions for a function that is idle while the fleet serves.",
+    "CKV_AWS_116": "The load balancer invokes it synchronously; EventBridge retries its events twice, and a lost one "
+    "is put right by the five-minute schedule and by the next request, so nothing waits in a dead-letter queue.",
+    "CKV_AWS_117": "Calls only the EC2 Auto Scaling and Elastic Load Balancing APIs and reaches no VPC resource; "
+    "running it in the VPC would add ENIs and endpoints for nothing.",
+    "CKV_AWS_173": "The environment holds the group's name, the listener's and target group's ARNs and a number.",
+}
+
+
+def _is_wake_door(node: CfnResource) -> bool:
+    return "/WakeDoor/" in node.node.path
+
+
 def _is_deploy_time_handler(node: CfnResource) -> bool:
-    """CDK's own providers (Custom::...) and the image-build trigger: no other Lambda exists in these stacks."""
+    """CDK's own providers (Custom::...) and the image-build trigger."""
     path = node.node.path
     return "/Custom::" in path or "/Image/" in path
 
@@ -38,6 +53,7 @@ def _is_http_listener(node: CfnResource) -> bool:
 _Rule = tuple[str, Callable[[CfnResource], bool], dict[str, str]]
 ACCEPTED: tuple[_Rule, ...] = (
     ("AWS::Lambda::Function", _is_deploy_time_handler, _LAMBDA_REASONS),
+    ("AWS::Lambda::Function", _is_wake_door, _WAKE_DOOR_REASONS),
     (
         "AWS::Logs::LogGroup",
         lambda _: True,

@@ -34,18 +34,29 @@ class ServiceMonitoring(Construct):
         asg: autoscaling.AutoScalingGroup,
         alb: elbv2.ApplicationLoadBalancer,
         target_group: elbv2.ApplicationTargetGroup,
+        wake_answers: cloudwatch.IMetric | None = None,
     ) -> None:
         """
         name: the stack's name, which starts every alarm description and names the dashboard (`<name>-llama`).
         fleet: the backlog alarm's threshold (deferred_alarm) and the drain deadline the cut-streams alarm cites.
         has_gpu: the GPU's TTFT threshold and GPU widgets; mtp: the draft-acceptance widget.
         asg, alb, target_group: whose metrics are watched.
+        wake_answers: requests the wake door answered (stacks/wake_door.py), graphed with the wake-ups.
         """
         if not name:
             raise ValueError("ServiceMonitoring: name is empty; pass the stack's name")
         super().__init__(scope, construct_id)
         tg = target_group.metrics
-        healthy = tg.healthy_host_count(period=Duration.minutes(1), statistic="Minimum")
+        healthy: _Metric = tg.healthy_host_count(period=Duration.minutes(1), statistic="Minimum")
+        if fleet.min_capacity == 0 or fleet.off_hours is not None:
+            # A group that sleeps has no healthy host by design: alarm only when instances are in service (past
+            # their launch hook, so /health was 200) and none passes the load balancer's checks.
+            healthy = cloudwatch.MathExpression(
+                expression="IF(FILL(serving, 0) >= 1, FILL(healthy, 0), 1)",
+                using_metrics={"serving": _group_size(asg, "GroupInServiceInstances"), "healthy": healthy},
+                label="healthy hosts (1 while the group is at zero)",
+                period=Duration.minutes(1),
+            )
         errors_5xx = tg.http_code_target(elbv2.HttpCodeTarget.TARGET_5XX_COUNT, period=FIVE_MIN, statistic="Sum")
         requests = tg.request_count(period=FIVE_MIN, statistic="Sum")
         error_rate = cloudwatch.MathExpression(
@@ -63,7 +74,7 @@ class ServiceMonitoring(Construct):
         )  # fmt: skip
         self._dashboard(
             name=name, mtp=mtp, has_gpu=has_gpu, asg=asg, alb=alb, tg=tg, healthy=healthy, errors_5xx=errors_5xx,
-            cut=cut,
+            cut=cut, wake_answers=wake_answers,
         )  # fmt: skip
 
     def _alarms(
@@ -132,7 +143,7 @@ class ServiceMonitoring(Construct):
     def _dashboard(
         self, *, name: str, mtp: bool, has_gpu: bool, asg: autoscaling.AutoScalingGroup,
         alb: elbv2.ApplicationLoadBalancer, tg: elbv2.IApplicationTargetGroupMetrics,
-        healthy: _Metric, errors_5xx: _Metric, cut: _Metric,
+        healthy: _Metric, errors_5xx: _Metric, cut: _Metric, wake_answers: cloudwatch.IMetric | None,
     ) -> None:  # fmt: skip
         """One dashboard, `<name>-llama`: throughput, latency percentiles, ALB, drains, wake-ups, alarms."""
 
@@ -181,7 +192,7 @@ class ServiceMonitoring(Construct):
                 ],
             ),
             _graph(
-                "Wake-ups: instances in service / desired, ALB 503s with no healthy target",
+                "Wake-ups: instances in service / desired, ALB 503s with no target, wake door answers",
                 [
                     _group_size(asg, "GroupInServiceInstances"),
                     _group_size(asg, "GroupDesiredCapacity"),
@@ -191,6 +202,7 @@ class ServiceMonitoring(Construct):
                         elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
                     ),
                     group_metric(asg, names.DRAIN_SECONDS, "Maximum").with_(label="longest drain, s"),
+                    *([wake_answers] if wake_answers is not None else []),
                 ],
             ),
             cloudwatch.AlarmStatusWidget(

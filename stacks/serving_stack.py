@@ -22,6 +22,7 @@ from stacks.monitoring import ServiceMonitoring
 from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.scaling import FleetScaling
+from stacks.wake_door import WakeDoor
 from userdata import BootSettings, render_user_data
 from userdata.render import release_id
 
@@ -89,14 +90,21 @@ class ServingStack(Stack):
         self._outputs(lb, api_key)
 
     def _scale_and_watch(self, profile: ServingProfile, fleet: ServingFleet, lb: InferenceLoadBalancer) -> None:
-        """Scaling on the fleet's own signals (and the ALB's 503s for a group at zero), and the dashboard/alarms."""
+        """Scaling on the fleet's own signals, the wake door of a group that sleeps (with the ALB's 503s as the
+        backstop), and the dashboard/alarms."""
         no_target_503 = lb.alb.metrics.http_code_elb(
             elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
         )
         self.scaling = FleetScaling(self, "Scaling", fleet=profile.fleet, asg=fleet.asg, no_target_503=no_target_503)
+        self.wake_door = None
+        if profile.fleet.wake_on_request:
+            self.wake_door = WakeDoor(
+                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=fleet.asg, wake_s=profile.wake_s
+            )
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", name=self.stack_name, fleet=profile.fleet, has_gpu=profile.hardware.has_gpu,
             mtp=profile.mtp, asg=fleet.asg, alb=lb.alb, target_group=lb.target_group,
+            wake_answers=self.wake_door.answered if self.wake_door else None,
         )  # fmt: skip
 
     def _acknowledge(self) -> None:

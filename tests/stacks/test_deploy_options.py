@@ -217,6 +217,28 @@ def test_a_group_at_zero_wakes_on_the_alb_503s(synthesized):
         assert not _wake_alarms(_template(synthesized["off-hours"], stack))  # opt-in only
 
 
+def _door(doc: dict) -> dict | None:
+    """The wake door's function, if the stack has one (the rule and its target group come with it)."""
+    functions = [r for k, r in _resources(doc, "AWS::Lambda::Function").items() if k.startswith("WakeDoorFunction")]
+    return functions[0]["Properties"] if functions else None
+
+
+def test_a_stack_that_sleeps_answers_through_the_wake_door_and_others_have_none(synthesized):
+    for stack in STACK_NAMES:
+        for option_set in ("scale-from-zero", "off-hours-wake"):
+            doc = _template(synthesized[option_set], stack)
+            door = _door(doc)
+            assert door is not None, (option_set, stack)
+            assert door["Environment"]["Variables"]["WAKE_S"] == str(profile_by_stack(stack).wake_s)
+            (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup")
+            assert door["Environment"]["Variables"]["GROUP_NAME"] == {"Ref": group}
+            rules = _resources(doc, "AWS::ElasticLoadBalancingV2::ListenerRule").values()
+            (rule,) = [r["Properties"] for r in rules]
+            (servers,) = doc["Resources"][group]["Properties"]["TargetGroupARNs"]
+            assert rule["Actions"][0]["ForwardConfig"]["TargetGroups"][0] == {"TargetGroupArn": servers, "Weight": 1}
+        assert _door(_template(synthesized["off-hours"], stack)) is None, stack  # opt-in only
+
+
 def test_off_hours_with_wake_leave_the_maximum_so_a_request_can_scale_out(synthesized):
     for stack in STACK_NAMES:
         woken = _resources(_template(synthesized["off-hours-wake"], stack), "AWS::AutoScaling::ScheduledAction")
@@ -224,7 +246,7 @@ def test_off_hours_with_wake_leave_the_maximum_so_a_request_can_scale_out(synthe
         off = [a["Properties"] for a in woken.values() if a["Properties"]["MinSize"] == 0]
         assert len(off) == 1 and off[0]["DesiredCapacity"] == 0 and off[0]["MaxSize"] > 0
         assert [a["Properties"]["MaxSize"] for a in asleep.values() if a["Properties"]["MinSize"] == 0] == [0]
-        assert _wake_alarms(_template(synthesized["off-hours-wake"], stack))
+        assert _wake_alarms(_template(synthesized["off-hours-wake"], stack))  # the backstop of the wake door
 
 
 def test_wake_on_request_without_a_group_at_zero_is_refused(tmp_path):

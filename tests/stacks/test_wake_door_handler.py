@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -25,57 +26,77 @@ def world(monkeypatch):
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(var, "testing")
     with mock_aws():
-        ec2 = boto3.client("ec2", region_name=REGION)
-        vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
-        subnets = [
-            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{i}.0/24", AvailabilityZone=f"{REGION}{z}")["Subnet"]
-            for i, z in enumerate("ab")
-        ]
-        elbv2 = boto3.client("elbv2", region_name=REGION)
-        lb = elbv2.create_load_balancer(Name="serving", Subnets=[s["SubnetId"] for s in subnets], Scheme="internal")
-        lb_arn = lb["LoadBalancers"][0]["LoadBalancerArn"]
-        servers = elbv2.create_target_group(Name="servers", Protocol="HTTP", Port=8080, VpcId=vpc)
-        servers_arn = servers["TargetGroups"][0]["TargetGroupArn"]
-        door_arn = elbv2.create_target_group(Name="door", TargetType="lambda")["TargetGroups"][0]["TargetGroupArn"]
-        forward = {"Type": "forward", "TargetGroupArn": servers_arn}
-        listener = elbv2.create_listener(LoadBalancerArn=lb_arn, Protocol="HTTP", Port=80, DefaultActions=[forward])
-        listener_arn = listener["Listeners"][0]["ListenerArn"]
-        groups = [{"TargetGroupArn": servers_arn, "Weight": 1}, {"TargetGroupArn": door_arn, "Weight": 0}]
-        elbv2.create_rule(
-            ListenerArn=listener_arn,
-            Priority=1,
-            Conditions=[{"Field": "path-pattern", "Values": ["/*"]}],
-            Actions=[{"Type": "forward", "ForwardConfig": {"TargetGroups": groups}}],
-        )
-        image = ec2.describe_images()["Images"][0]["ImageId"]
-        lt = ec2.create_launch_template(
+        clients = {s: boto3.client(s, region_name=REGION) for s in ("ec2", "elbv2", "autoscaling")}
+        front = build_front(clients["ec2"], clients["elbv2"])
+        image = clients["ec2"].describe_images()["Images"][0]["ImageId"]
+        lt = clients["ec2"].create_launch_template(
             LaunchTemplateName="serving", LaunchTemplateData={"ImageId": image, "InstanceType": "c8i.4xlarge"}
         )["LaunchTemplate"]["LaunchTemplateId"]
-        autoscaling = boto3.client("autoscaling", region_name=REGION)
-        autoscaling.create_auto_scaling_group(
+        clients["autoscaling"].create_auto_scaling_group(
             AutoScalingGroupName=GROUP,
             LaunchTemplate={"LaunchTemplateId": lt},
             MinSize=0,
             MaxSize=4,
             DesiredCapacity=0,
-            VPCZoneIdentifier=",".join(s["SubnetId"] for s in subnets),
-            TargetGroupARNs=[servers_arn],
+            VPCZoneIdentifier=",".join(front.subnets),
+            TargetGroupARNs=[front.servers],
         )
-        env = {
-            "GROUP_NAME": GROUP,
-            "LISTENER_ARN": listener_arn,
-            "SERVERS_TARGET_GROUP_ARN": servers_arn,
-            "WAKE_S": str(WAKE_S),
-            "WOKEN_TAG": WOKEN_TAG,
-        }
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        spec = importlib.util.spec_from_file_location("wake_door_handler", HANDLER)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        sys.modules.pop("wake_door_handler", None)
-        yield type("World", (), {"door": module, "elbv2": elbv2, "autoscaling": autoscaling, "servers": servers_arn,
-                                  "door_tg": door_arn, "listener": listener_arn})  # fmt: skip
+        door = load_door(monkeypatch, front, group=GROUP, wake_s=WAKE_S)
+        yield SimpleNamespace(
+            door=door, elbv2=clients["elbv2"], autoscaling=clients["autoscaling"], servers=front.servers,
+            door_tg=front.door, listener=front.listener,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Front:
+    subnets: list[str]
+    listener: str
+    servers: str
+    door: str
+
+
+def build_front(ec2, elbv2) -> Front:
+    """The load balancer as WakeDoor leaves it: the listener's one rule forwarding to the servers (weight 1) and
+    the door's Lambda target group (weight 0)."""
+    vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{i}.0/24", AvailabilityZone=f"{REGION}{z}")["Subnet"]["SubnetId"]
+        for i, z in enumerate("ab")
+    ]
+    lb = elbv2.create_load_balancer(Name="serving", Subnets=subnets, Scheme="internal")["LoadBalancers"][0]
+    servers = elbv2.create_target_group(Name="servers", Protocol="HTTP", Port=8080, VpcId=vpc)
+    servers_arn = servers["TargetGroups"][0]["TargetGroupArn"]
+    door_arn = elbv2.create_target_group(Name="door", TargetType="lambda")["TargetGroups"][0]["TargetGroupArn"]
+    forward = {"Type": "forward", "TargetGroupArn": servers_arn}
+    listener = elbv2.create_listener(
+        LoadBalancerArn=lb["LoadBalancerArn"], Protocol="HTTP", Port=80, DefaultActions=[forward]
+    )["Listeners"][0]["ListenerArn"]
+    groups = [{"TargetGroupArn": servers_arn, "Weight": 1}, {"TargetGroupArn": door_arn, "Weight": 0}]
+    elbv2.create_rule(
+        ListenerArn=listener,
+        Priority=1,
+        Conditions=[{"Field": "path-pattern", "Values": ["/*"]}],
+        Actions=[{"Type": "forward", "ForwardConfig": {"TargetGroups": groups}}],
+    )
+    return Front(subnets, listener, servers_arn, door_arn)
+
+
+def load_door(monkeypatch, front: Front, *, group: str, wake_s: int):
+    """The handler module as the Lambda runtime loads it, with the environment WakeDoor gives it."""
+    env = {
+        "GROUP_NAME": group,
+        "LISTENER_ARN": front.listener,
+        "SERVERS_TARGET_GROUP_ARN": front.servers,
+        "WAKE_S": str(wake_s),
+        "WOKEN_TAG": WOKEN_TAG,
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    spec = importlib.util.spec_from_file_location("wake_door_handler", HANDLER)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
 def alb_request(door_tg: str) -> dict:

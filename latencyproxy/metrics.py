@@ -125,6 +125,9 @@ class RequestMetrics:
         self.in_flight = 0  # slot-taking requests admitted and not finished
         self.admission_limit: int | None = None  # in_flight beyond which requests are shed; None: never
         self.connections = 0  # client connections open
+        self.draining = False  # a drain began (latencyproxy/drain.py): /health 503, new requests 503
+        self.drain_refused = 0
+        self.drain_cut: int | None = None  # set when the drain ends
 
     def observe(self, r: RequestRecord) -> None:
         finished = r.finished if r.finished is not None else time.monotonic()
@@ -174,6 +177,20 @@ class RequestMetrics:
             f"# TYPE {names.CONNECTIONS} gauge",
             f"{names.CONNECTIONS} {self.connections}",
         ]
+        lines += [
+            f"# HELP {names.DRAINING} 1 once this instance drains (a Spot notice, or it is leaving the group)",
+            f"# TYPE {names.DRAINING} gauge",
+            f"{names.DRAINING} {int(self.draining)}",
+            f"# HELP {names.DRAIN_REFUSED} Slot-taking requests the hop answered 503 because it drains",
+            f"# TYPE {names.DRAIN_REFUSED} counter",
+            f"{names.DRAIN_REFUSED} {self.drain_refused}",
+        ]
+        if self.drain_cut is not None:
+            lines += [
+                f"# HELP {names.DRAIN_STREAMS_CUT} Streams still running when the drain ended (its deadline)",
+                f"# TYPE {names.DRAIN_STREAMS_CUT} gauge",
+                f"{names.DRAIN_STREAMS_CUT} {self.drain_cut}",
+            ]
         if self.admission_limit is not None:
             lines += [
                 f"# HELP {names.ADMISSION_LIMIT} Requests in flight beyond which the hop sheds with 429",

@@ -14,6 +14,9 @@ SHED = f"{PREFIX}_requests_shed_total"  # counter: answered 429 by admission con
 IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge: slot-taking requests admitted, processing or waiting
 ADMISSION_LIMIT = f"{PREFIX}_admission_limit"  # gauge: slots * (1 + queue_per_slot), when set
 CONNECTIONS = f"{PREFIX}_connections_open"  # gauge
+DRAINING = f"{PREFIX}_draining"  # gauge: 1 from a Spot notice or the group's leave until the instance goes
+DRAIN_REFUSED = f"{PREFIX}_drain_requests_refused_total"  # counter: slot-taking requests answered 503 while draining
+DRAIN_STREAMS_CUT = f"{PREFIX}_drain_streams_cut"  # gauge: streams still running when the drain ended; absent before
 
 GPU_MEMORY_USED = f"{PREFIX}_gpu_memory_used_bytes"  # gauge, label gpu (index)
 GPU_MEMORY_TOTAL = f"{PREFIX}_gpu_memory_total_bytes"

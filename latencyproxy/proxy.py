@@ -171,6 +171,8 @@ class ProxyServer:
     def hop_exposition(self) -> str:
         self.metrics.connections = len(self._connections)
         self.metrics.in_flight = self.in_flight
+        if (drain := self.drain) is not None:
+            self.metrics.draining, self.metrics.drain_refused, self.metrics.drain_cut = True, drain.refused, drain.cut
         return self.metrics.exposition() + (self.gpu.exposition() if self.gpu else "")
 
     async def _serve(self) -> None:

@@ -21,12 +21,15 @@ from pathlib import Path
 import pytest
 
 from fleetmetrics import names
+from latencyproxy import names as hop_names
 from latencyproxy.drain import PUBLISH_MARGIN_S, REBALANCE, SPOT_ACTION, TARGET_STATE, Drainer, DrainSettings
 from latencyproxy.proxy import ProxyServer
 from rehearsal.aws import AwsStandIn
 from rehearsal.imds import Imds, Instance
 from rehearsal.tls import ensure_ca, server_certificate
 from runtime.names import DRAIN_HOOK
+
+pytestmark = [pytest.mark.e2e]  # a real llama-server behind the hop (local_server)
 
 REGION = "cn-northwest-1"
 GROUP = "DrainStack-ServingGroup-0123456789AB"
@@ -148,6 +151,18 @@ def _until(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.05)
 
 
+def _hop_metrics(hop: ProxyServer, key: str) -> dict[str, float]:
+    """The hop's own unlabelled families from GET /metrics."""
+    status, _, body = _request(hop, "GET", "/metrics", key)
+    assert status == 200
+    values = {}
+    for line in body.decode().splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith(hop_names.PREFIX) and "{" not in name and value:
+            values[name] = float(value)
+    return values
+
+
 def _iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -171,6 +186,7 @@ def test_a_stream_started_before_a_spot_notice_completes_and_new_requests_get_50
     key = local_server[1]
     hop = make_hop()
     assert _request(hop, "GET", "/health", key)[0] == 200
+    assert _hop_metrics(hop, key)[hop_names.DRAINING] == 0 and hop_names.DRAIN_STREAMS_CUT not in _hop_metrics(hop, key)
     stream = _stream(hop, key, max_tokens=64)
     assert stream.first.wait(60) and stream.status == 200
     notice_at = time.time()
@@ -193,6 +209,8 @@ def test_a_stream_started_before_a_spot_notice_completes_and_new_requests_get_50
     )
     assert (drain.finished, drain.cut, drain.broken, drain.refused) == (1, 0, 0, 1)
     assert drain.ended < notice_at + 120
+    seen = _hop_metrics(hop, key)  # what a Prometheus scrape of the instance sees
+    assert (seen[hop_names.DRAINING], seen[hop_names.DRAIN_REFUSED], seen[hop_names.DRAIN_STREAMS_CUT]) == (1, 1, 0)
     assert "drain (spot terminate): 1 streams finished, 0 cut" in caplog.text
     _until(lambda: _metric_sum(aws, names.DRAIN_STREAMS_FINISHED, inst.instance_id) == 1, 10, "PutMetricData")
     assert _metric_sum(aws, names.DRAIN_STREAMS_CUT, inst.instance_id) == 0

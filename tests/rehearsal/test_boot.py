@@ -408,3 +408,51 @@ def test_a_spot_notice_then_the_group_taking_the_instance_drain_the_hop_on_the_i
     assert (finished, cut) == (1, 0)
     assert done.params["LifecycleActionResult"] == "CONTINUE" and done.params["AutoScalingGroupName"] == GROUP
     assert done.key == ROLE_ACCESS_KEY  # signed with the instance role's credentials from IMDS
+
+
+def test_a_group_at_zero_wakes_on_a_request_and_the_woken_instance_serves_it(world, monkeypatch):
+    """The wake door's function (stacks/handlers/wake_door.py) against the rehearsal's moto, with the load
+    balancer's front as WakeDoor leaves it: a request at zero gets 503 + Retry-After and sets the group to one;
+    the group's instance (a fake instance booting the real user data) completes its launch hook; the rehearsal
+    then plays EC2 Auto Scaling (moto does neither): it registers the instance with the servers' target group and
+    sends the launch event; the door routes requests back, and the client's retry is served by the instance."""
+    from tests.stacks.test_wake_door_handler import alb_request, build_front, load_door
+
+    aws = world.aws
+    front = build_front(aws.client("ec2"), aws.client("elbv2"))
+    autoscaling, elbv2 = aws.client("autoscaling"), aws.client("elbv2")
+    autoscaling.update_auto_scaling_group(AutoScalingGroupName=GROUP, MaxSize=1)  # wakeOnRequest keeps the max
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "cn-northwest-1")
+    door = load_door(monkeypatch, front, group=GROUP, wake_s=world.profile.wake_s)
+    door.autoscaling, door.elbv2 = autoscaling, elbv2  # the Lambda's clients, at the stand-in's endpoint
+    assert door.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, None)["routed"] == "door"
+
+    asked = time.time()
+    answer = door.handler(alb_request(front.door), None)
+    assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"] == str(world.profile.wake_s), answer
+    (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])["AutoScalingGroups"]
+    assert group["DesiredCapacity"] == 1
+    woke = world.instance("i-0a00000000000a4e1")  # the instance the group launches for it
+    woke.start()
+    assert woke.wait_boot_done(timeout=900) == "run-user-data: user data exited 0", woke.diagnostics()
+    assert _lifecycle(world, woke, "CONTINUE"), "the launch hook was not completed"
+    later = door.handler(alb_request(front.door), None)  # a retry before the group's instance is registered
+    assert later["statusCode"] == 503 and int(later["headers"]["Retry-After"]) < world.profile.wake_s
+    (moto_instance,) = (
+        group["Instances"]
+        or autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])["AutoScalingGroups"][0]["Instances"]
+    )
+    elbv2.register_targets(TargetGroupArn=front.servers, Targets=[{"Id": moto_instance["InstanceId"], "Port": 8080}])
+    routed = door.handler({"source": "aws.autoscaling", "detail-type": "EC2 Instance Launch Successful"}, None)
+    assert routed == {"routed": "servers", "in_service": 1}
+    served = json.loads(_chat(world, woke))
+    assert served["choices"][0]["message"], served
+    wake_s = time.time() - asked
+    TIMINGS["wake_from_zero"] = {
+        "retry_after_s": int(answer["headers"]["Retry-After"]),
+        "request_to_answer_s": round(wake_s, 1),
+        "healthy_after_start_s": _steps(woke).get("healthy; boot complete"),
+    }
+    print(f"\nrehearsal wake from zero: 503 Retry-After {answer['headers']['Retry-After']} s, desired 0 -> 1; the "
+          f"retry answered {wake_s:.1f} s after the first request (a cold boot of the fake instance)")  # fmt: skip
+    autoscaling.update_auto_scaling_group(AutoScalingGroupName=GROUP, MinSize=0, MaxSize=0, DesiredCapacity=0)

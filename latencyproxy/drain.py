@@ -4,7 +4,8 @@ Three notices, polled every POLL_S with an IMDSv2 token:
 - `spot/instance-action` (a Spot interruption, two minutes ahead, with its time): drain until that time.
 - `autoscaling/target-lifecycle-state` leaving InService (scale-in, a rolling update, capacity rebalancing, a
   return to the warm pool, standby): drain up to the drain deadline (the profile's longest expected answer),
-  record a heartbeat on the drain hook while streams run, complete it with CONTINUE once they are done.
+  record a heartbeat on the drain hook while streams run, complete it with CONTINUE once they are done. Standby
+  has no hook; an instance the group brings back InService (ExitStandby) takes requests again.
 - `events/recommendations/rebalance`: logged only. Capacity rebalancing launches the replacement first and
   terminates this instance once the replacement is healthy, through the drain hook above (EC2 Auto Scaling User
   Guide, "Capacity Rebalancing in Auto Scaling to replace at-risk Spot Instances", docs.amazonaws.cn).
@@ -40,6 +41,7 @@ REBALANCE = "meta-data/events/recommendations/rebalance"  # JSON {"noticeTime": 
 # state through instance metadata", docs.amazonaws.cn)
 TARGET_STATE = "meta-data/autoscaling/target-lifecycle-state"
 IN_SERVICE = "InService"
+STANDBY = "Standby"  # EnterStandby: no lifecycle hook holds it, and ExitStandby brings it back InService
 PUBLISH_MARGIN_S = 10.0  # a Spot drain reports this long before the interruption, while the network is still there
 TOKEN_TTL_S = 21600
 
@@ -158,7 +160,9 @@ class Drainer:
 
     async def _poll(self, server: Any) -> None:
         drain: DrainState | None = server.drain
-        if drain is None or not drain.done or self.lifecycle_state is None:  # a Spot drain, then the group's turn
+        # Read the notices until a drain the hook holds is done: after a Spot drain the group's turn comes, and a
+        # Standby drain may end with the instance back InService.
+        if drain is None or not drain.done or not self._hooked():
             await self._notice(server)
         drain = server.drain
         if drain is None:
@@ -171,10 +175,10 @@ class Drainer:
                 server.end_drain()
                 log.info("%s", drain.summary())
                 await asyncio.to_thread(self._publish, drain)
-            elif self.lifecycle_state is not None and now - self._last_beat >= self.settings.heartbeat_s:
+            elif self._hooked() and now - self._last_beat >= self.settings.heartbeat_s:
                 await asyncio.to_thread(self._lifecycle, "heartbeat", server.in_flight)
                 self._last_beat = now
-        if drain.done and self.lifecycle_state is not None and not self.completed_hook:
+        if drain.done and self._hooked() and not self.completed_hook:
             await asyncio.to_thread(self._lifecycle, "complete")
             self.completed_hook = True
 
@@ -189,6 +193,8 @@ class Drainer:
             )
         if state == IN_SERVICE:
             self.seen_in_service = True
+            if self.lifecycle_state is not None:
+                await self._resume(server)
         elif state and self.seen_in_service and self.lifecycle_state is None:
             # Only after InService: a first boot into the warm pool reads Warmed:Stopped while it loads.
             self.lifecycle_state = state
@@ -198,6 +204,23 @@ class Drainer:
         if spot and server.drain is None:
             deadline = _epoch(spot.get("time")) or time.time() + 120  # the notice comes two minutes ahead
             server.begin_drain(f"spot {spot.get('action', 'interruption')}", deadline)
+
+    def _hooked(self) -> bool:
+        """A lifecycle drain that the drain hook holds (a termination or a warm-pool return; not Standby)."""
+        return self.lifecycle_state not in (None, STANDBY)
+
+    async def _resume(self, server: Any) -> None:
+        """Back InService after a lifecycle drain (ExitStandby): close the drain's books and serve again. A Spot
+        drain never resumes: the interruption comes whatever the group says."""
+        drain = server.drain
+        self.lifecycle_state, self.completed_hook = None, False
+        if drain is None or drain.reason.startswith("spot"):
+            return
+        if not drain.done:
+            server.end_drain()
+            log.info("%s", drain.summary())
+            await asyncio.to_thread(self._publish, drain)
+        server.resume()
 
     def _read(self) -> tuple[dict | None, str | None, dict | None]:
         spot = self.imds.get(SPOT_ACTION)

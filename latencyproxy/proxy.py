@@ -168,11 +168,18 @@ class ProxyServer:
             drain.cut, drain.ended = self.in_flight, time.time()
         return drain
 
+    def resume(self) -> None:
+        """From the loop: back in service (the group returned it from Standby): take requests again."""
+        if self.drain is not None:
+            log.info("serving again after the drain (%s)", self.drain.reason)
+        self.drain = None
+
     def hop_exposition(self) -> str:
         self.metrics.connections = len(self._connections)
         self.metrics.in_flight = self.in_flight
-        if (drain := self.drain) is not None:
-            self.metrics.draining, self.metrics.drain_refused, self.metrics.drain_cut = True, drain.refused, drain.cut
+        self.metrics.draining = self.drain is not None
+        if self.drain is not None and self.drain.cut is not None:
+            self.metrics.drain_cut = self.drain.cut
         return self.metrics.exposition() + (self.gpu.exposition() if self.gpu else "")
 
     async def _serve(self) -> None:
@@ -413,6 +420,7 @@ class _Connection:
         record = RequestRecord(started) if measured else None
         if slot and server.drain is not None:  # leaving: another instance takes the retry
             server.drain.refused += 1
+            server.metrics.drain_refused += 1
             reason = f"this instance is draining ({server.drain.reason}); retry, another instance will answer"
             await self._refuse_slot(503, reason, record, length)
             return

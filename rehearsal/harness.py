@@ -28,7 +28,7 @@ from rehearsal.registry import Registry
 from rehearsal.tls import ensure_ca, server_certificate
 from runtime import names
 from tests.images.engine import docker
-from userdata import BootSettings, render_user_data
+from userdata import BootSettings, InstanceSpec, render_user_data
 
 REGION = "cn-northwest-1"
 STACK = "RehearsalStack"
@@ -149,7 +149,7 @@ class World:
         )
 
     def user_data(self, *, profile: ServingProfile | None = None, boot: BootSettings | None = None) -> str:
-        return render_user_data(profile or self.profile, boot or self.boot)
+        return render_user_data(InstanceSpec.of(profile or self.profile), boot or self.boot)
 
     def instance(self, instance_id: str, user_data: str | None = None) -> FakeInstance:
         instance = FakeInstance(self, instance_id, user_data or self.user_data())

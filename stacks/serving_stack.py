@@ -23,7 +23,7 @@ from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.scaling import FleetScaling
 from stacks.wake_door import WakeDoor
-from userdata import BootSettings, render_user_data
+from userdata import BootSettings, InstanceSpec, render_user_data
 from userdata.render import release_id
 
 
@@ -62,8 +62,9 @@ class ServingStack(Stack):
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
-        release = release_id(profile, image.image_tag)
-        user_data = render_user_data(profile, self._boot(image, api_key, cache, log_group, release))
+        instance = InstanceSpec.of(profile)
+        release = release_id(instance, image.image_tag)
+        user_data = render_user_data(instance, self._boot(image, api_key, cache, log_group, release))
         fleet = ServingFleet(
             self, "Fleet", hardware=profile.hardware, fleet=f, port=profile.server.port,
             root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s,

@@ -43,37 +43,66 @@ class BootSettings:
     release_parameter: str  # SSM parameter holding the group's current release
 
 
-def release_id(profile: ServingProfile, image_tag: str) -> str:
-    """What an instance runs: the boot script as it renders for this profile, and the image. The script is rendered
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What the boot script reads from a profile, and nothing else: the fleet gets this, never the profile, so a
+    price or a description edit cannot reach an instance."""
+
+    name: str  # the profile's name (the script's header)
+    stack_name: str
+    model_repo: str
+    model_file: str
+    port: int  # the hop's port on the instance (the load balancer's target port)
+    parallel: int  # llama-server's slots (the metrics publisher's --slots)
+    gpu: bool
+    model_load_s: int  # how long the ready unit waits for /health 200
+    drain_deadline_s: int  # the hop's drain deadline
+    runtime_json: str  # /etc/gguf-serve/runtime.json: the runtime spec the launcher starts llama-server from
+
+    @classmethod
+    def of(cls, profile: ServingProfile) -> InstanceSpec:
+        return cls(
+            name=profile.name,
+            stack_name=profile.stack_name,
+            model_repo=profile.model.repo,
+            model_file=profile.model.file,
+            port=profile.server.port,
+            parallel=profile.server.parallel,
+            gpu=profile.hardware.has_gpu,
+            model_load_s=profile.fleet.model_load_s,
+            drain_deadline_s=profile.fleet.drain_deadline_s,
+            runtime_json=profile.runtime_json(),
+        )
+
+
+def release_id(instance: InstanceSpec, image_tag: str) -> str:
+    """What an instance runs: the boot script as it renders for this spec, and the image. The script is rendered
     with every deploy-time value (the CDK tokens of BootSettings) at a fixed placeholder, so the id is stable and
-    covers every other value the template reads, a new one included, and nothing it does not (a price, a
-    description)."""
-    text = _render(profile, _FIXED_BOOT)
+    covers every other value the template reads, a new one included."""
+    text = _render(instance, _FIXED_BOOT)
     return hashlib.sha256(text.encode() + b"\0" + image_tag.encode()).hexdigest()[:16]
 
 
-def render_user_data(profile: ServingProfile, boot: BootSettings) -> str:
-    text = _render(profile, boot)
+def render_user_data(instance: InstanceSpec, boot: BootSettings) -> str:
+    text = _render(instance, boot)
     if len(text.encode()) > USER_DATA_LIMIT:
         raise ValueError(f"user data is {len(text.encode())} bytes; EC2 allows {USER_DATA_LIMIT}")
     return text
 
 
-def template_context(profile: ServingProfile, boot: BootSettings) -> dict[str, Any]:
+def template_context(instance: InstanceSpec, boot: BootSettings) -> dict[str, Any]:
     """Every value the boot template reads."""
     return {
-        "p": profile,
+        "i": instance,
         "boot": boot,
         "n": names,
-        "runtime_spec_b64": base64.b64encode(profile.runtime_json().encode()).decode(),
-        "gpu": profile.hardware.has_gpu,
-        "port": profile.server.port,
+        "runtime_spec_b64": base64.b64encode(instance.runtime_json.encode()).decode(),
         "refusal_exit": EX_CONFIG,
     }
 
 
-def _render(profile: ServingProfile, boot: BootSettings) -> str:
-    return _ENV.get_template(TEMPLATE).render(**template_context(profile, boot))
+def _render(instance: InstanceSpec, boot: BootSettings) -> str:
+    return _ENV.get_template(TEMPLATE).render(**template_context(instance, boot))
 
 
 _FIXED_BOOT = BootSettings(**{f.name: f"<{f.name}>" for f in fields(BootSettings)})

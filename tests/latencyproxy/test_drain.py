@@ -281,6 +281,30 @@ def test_an_idle_instance_leaving_the_group_continues_at_once(make_hop, local_se
     assert (hop.drain.finished, hop.drain.cut) == (0, 0)
 
 
+def test_standby_drains_without_the_hook_and_the_return_to_service_serves_again(make_hop, local_server, instance, aws):
+    inst, _ = instance
+    key = local_server[1]
+    inst.notices[TARGET_STATE] = "InService"
+    hop = make_hop(heartbeat_s=0.5)
+    _until(lambda: hop.drainer.seen_in_service, 5, "InService")
+    inst.notices[TARGET_STATE] = "Standby"  # EnterStandby: the ALB deregisters it; no lifecycle hook holds it
+    _until(lambda: hop.drain is not None and hop.drain.done, 10, "the Standby drain to end")
+    assert _request(hop, "POST", "/v1/chat/completions", key, {"messages": [], "max_tokens": 1})[0] == 503
+    inst.notices[TARGET_STATE] = "InService"  # ExitStandby
+    _until(lambda: hop.drain is None, 10, "the hop to serve again")
+    assert _request(hop, "GET", "/health", key)[0] == 200
+    status, _, body = _request(
+        hop, "POST", "/v1/chat/completions", key, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    )
+    assert status == 200, body
+    seen = _hop_metrics(hop, key)
+    assert (seen[hop_names.DRAINING], seen[hop_names.DRAIN_REFUSED]) == (0, 1)  # the counter keeps its count
+    assert not aws.recorder.of("CompleteLifecycleAction", InstanceId=inst.instance_id)
+    assert not aws.recorder.of("RecordLifecycleActionHeartbeat", InstanceId=inst.instance_id)
+    inst.notices[TARGET_STATE] = "Terminated"  # and a later scale-in drains again, through the hook
+    _until(lambda: hop.drainer.completed_hook, 10, "CompleteLifecycleAction")
+
+
 def test_a_first_boot_into_the_warm_pool_and_a_rebalance_recommendation_do_not_drain(
     make_hop, local_server, instance, caplog
 ):

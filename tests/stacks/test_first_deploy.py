@@ -15,7 +15,7 @@ from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT
 from tests.stacks.conftest import STACK_NAMES
 from tests.stacks.test_templates import hook, only, resources, user_data
-from userdata.render import release_id
+from userdata.render import InstanceSpec, release_id
 
 
 @pytest.mark.parametrize("stack", STACK_NAMES)
@@ -73,10 +73,10 @@ def test_warm_pool_instances_check_their_release(templates, stack):
 
 def test_release_changes_with_what_the_instance_runs():
     p = PROFILES["intel-moe"]
-    base = release_id(p, "x86-64-cpu-0123456789abcdef")
-    assert release_id(p, "x86-64-cpu-0123456789abcdef") == base
-    assert release_id(p, "x86-64-cpu-fedcba9876543210") != base
-    assert release_id(p.with_server(ctx_per_slot=16384), "x86-64-cpu-0123456789abcdef") != base
+    base = release_id(InstanceSpec.of(p), "x86-64-cpu-0123456789abcdef")
+    assert release_id(InstanceSpec.of(p), "x86-64-cpu-0123456789abcdef") == base
+    assert release_id(InstanceSpec.of(p), "x86-64-cpu-fedcba9876543210") != base
+    assert release_id(InstanceSpec.of(p.with_server(ctx_per_slot=16384)), "x86-64-cpu-0123456789abcdef") != base
 
 
 def _actions(statement: dict) -> list[str]:
@@ -123,11 +123,13 @@ def test_a_price_or_description_edit_changes_no_instance():
     from dataclasses import replace as swap
 
     from tests.userdata.test_boot_script import BOOT
-    from userdata import render_user_data
+    from userdata import InstanceSpec, render_user_data
 
     p = PROFILES["gpu-mtp"]
     edited = swap(p, description="cheaper now", hardware=swap(p.hardware, ri_1yr_all_upfront_cny=1.0))
-    assert render_user_data(edited, BOOT) == render_user_data(p, BOOT)
-    assert release_id(edited, "cuda-0123456789abcdef") == release_id(p, "cuda-0123456789abcdef")
+    assert render_user_data(InstanceSpec.of(edited), BOOT) == render_user_data(InstanceSpec.of(p), BOOT)
+    assert release_id(InstanceSpec.of(edited), "cuda-0123456789abcdef") == release_id(
+        InstanceSpec.of(p), "cuda-0123456789abcdef"
+    )
     faster = p.with_server(ctx_per_slot=16384)
-    assert render_user_data(faster, BOOT) != render_user_data(p, BOOT)
+    assert render_user_data(InstanceSpec.of(faster), BOOT) != render_user_data(InstanceSpec.of(p), BOOT)

@@ -16,7 +16,7 @@ import pytest
 from launcher.preflight import EX_CONFIG
 from runtime import names
 from tests.committed import PROFILES
-from userdata import BootSettings, render_user_data
+from userdata import BootSettings, InstanceSpec, render_user_data
 from userdata.render import _ENV, USER_DATA_LIMIT
 
 BOOT = BootSettings(
@@ -37,7 +37,7 @@ BOOT = BootSettings(
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_rendered_script_is_small_clean_and_complete(name, tmp_path):
-    text = render_user_data(PROFILES[name], BOOT)
+    text = render_user_data(InstanceSpec.of(PROFILES[name]), BOOT)
     assert len(text.encode()) < USER_DATA_LIMIT
     assert "{{" not in text and "{%" not in text and "${Token[" not in text
     script = tmp_path / "boot.sh"
@@ -50,7 +50,7 @@ def test_rendered_script_is_small_clean_and_complete(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_profile_is_written_once_and_mtp_only_on_gpu(name):
     profile = PROFILES[name]
-    text = render_user_data(profile, BOOT)
+    text = render_user_data(InstanceSpec.of(profile), BOOT)
     (encoded,) = re.findall(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d', text)
     written = json.loads(base64.b64decode(encoded))
     assert written == json.loads(profile.runtime_json())
@@ -60,7 +60,7 @@ def test_profile_is_written_once_and_mtp_only_on_gpu(name):
 
 
 def test_api_key_is_read_at_start_never_embedded():
-    text = render_user_data(PROFILES["graviton-moe"], BOOT)
+    text = render_user_data(InstanceSpec.of(PROFILES["graviton-moe"]), BOOT)
     assert "ExecStartPre=/usr/local/bin/gguf-serve-api-key" in text
     assert "--env-file /run/gguf-serve/api.env" in text
     assert "Restart=always" in text  # llama-server exits 0 on SIGTERM: on-failure would leave it down
@@ -71,7 +71,7 @@ def test_the_latency_hop_takes_the_server_port_and_llama_server_only_loopback():
     """The ALB, the readiness check and the metrics publisher reach the hop; nothing but the hop reaches llama."""
     from runtime import names
 
-    text = render_user_data(PROFILES["graviton-moe"], BOOT)
+    text = render_user_data(InstanceSpec.of(PROFILES["graviton-moe"]), BOOT)
     port = PROFILES["graviton-moe"].server.port
     assert f"-p 127.0.0.1:{names.UPSTREAM_PORT}:{port} " in text and f"-p {port}:{port}" not in text
     hop = text[text.index(f"/etc/systemd/system/{names.HOP_UNIT}.service") :]
@@ -93,11 +93,11 @@ def test_missing_value_is_an_error_not_an_empty_string():
 def test_oversized_user_data_is_refused(monkeypatch):
     big = replace(BOOT, log_group="x" * USER_DATA_LIMIT)
     with pytest.raises(ValueError, match="EC2 allows"):
-        render_user_data(PROFILES["graviton-moe"], big)
+        render_user_data(InstanceSpec.of(PROFILES["graviton-moe"]), big)
 
 
 def test_containers_that_call_aws_know_their_region():
-    text = render_user_data(PROFILES["intel-moe"], BOOT)
+    text = render_user_data(InstanceSpec.of(PROFILES["intel-moe"]), BOOT)
     assert '-e AWS_REGION="$REGION"' in text  # boto3 in the fetch container does not guess it
     assert "--region $REGION" in text  # the metrics publisher
 
@@ -108,7 +108,7 @@ def test_a_first_boot_cut_short_never_leaves_a_half_ready_instance_in_service():
     is verified on disk, and the ready unit (the only thing that completes the launch hook) last. So a cut boot
     either starts nothing, or a server that nobody reports: the launch hook times out with ABANDON and the group
     replaces the instance; it never reaches InService half set up."""
-    text = render_user_data(PROFILES["graviton-moe"], BOOT)
+    text = render_user_data(InstanceSpec.of(PROFILES["graviton-moe"]), BOOT)
     at = {what: text.index(what) for what in (
         "run_container fetch", "systemctl enable --now gguf-serve-llama.service gguf-serve-hop.service",
         "systemctl enable --now gguf-serve-metrics.service", "systemctl enable gguf-serve-ready.service",

@@ -1,5 +1,5 @@
 """The release id covers every value the boot template reads: each one changed alone changes the id; a price or
-a description edit (which the template does not read) leaves it as it was."""
+a description edit (which never reaches the InstanceSpec) leaves it as it was."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ import pytest
 
 import userdata.render as render
 from tests.committed import PROFILES
-from userdata.render import TEMPLATE, BootSettings, release_id, template_context
+from userdata.render import TEMPLATE, BootSettings, InstanceSpec, release_id, template_context
 
 TAG = "x86-64-cpu-0123456789abcdef"
 SOURCE = (Path(render.__file__).parent / "templates" / TEMPLATE).read_text()
-BASE = PROFILES["intel-moe"]
+PROFILE = PROFILES["intel-moe"]
+BASE = InstanceSpec.of(PROFILE)
 # The template's own variables; a new one fails test_every_template_variable_is_covered until it is added here.
-COVERED = {"p", "boot", "n", "runtime_spec_b64", "gpu", "port", "refusal_exit"}
+COVERED = {"i", "boot", "n", "runtime_spec_b64", "refusal_exit"}
+SPEC_FIELDS = [f.name for f in fields(InstanceSpec)]
 
 
 def _changed(value: object) -> object:
@@ -33,50 +35,43 @@ def _changed(value: object) -> object:
     raise TypeError(value)
 
 
-def _with(obj: object, path: list[str]) -> object:
-    """obj with the value at path (e.g. ["fleet", "model_load_s"]) changed: a field through dataclasses.replace, a
-    derived value (a property such as fleet.drain_deadline_s) through a subclass that answers the changed value."""
-    head, *rest = path
-    new = _with(getattr(obj, head), rest) if rest else _changed(getattr(obj, head))
-    if head in {f.name for f in fields(obj)}:
-        return replace(obj, **{head: new})
-    derived = type(type(obj).__name__, (type(obj),), {head: property(lambda _self: new)})
-    return derived(**{f.name: getattr(obj, f.name) for f in fields(obj) if f.init})
-
-
-def _profile_paths() -> list[str]:
-    return sorted(set(re.findall(r"\bp\.([a-z_]+(?:\.[a-z_]+)*)", SOURCE)))
-
-
 def test_every_template_variable_is_covered():
     env = jinja2.Environment(autoescape=False)  # noqa: S701 - shell, not HTML
     assert jinja2.meta.find_undeclared_variables(env.parse(SOURCE)) == COVERED
     assert set(template_context(BASE, BootSettings(**{f.name: "" for f in fields(BootSettings)}))) == COVERED
-    assert {"fleet.model_load_s", "server.parallel", "model.file"} <= set(_profile_paths())
 
 
-@pytest.mark.parametrize("path", _profile_paths())
-def test_each_profile_value_the_template_reads_changes_the_id(path):
-    assert release_id(_with(BASE, path.split(".")), TAG) != release_id(BASE, TAG)
+def test_the_template_reads_every_field_of_the_spec_and_nothing_else_of_the_profile():
+    read = set(re.findall(r"\bi\.([a-z_]+)", SOURCE))
+    assert read | {"runtime_json"} == set(SPEC_FIELDS)  # runtime_json reaches it as runtime_spec_b64
+    assert not re.search(r"\bp\.", SOURCE)
 
 
-def test_the_runtime_spec_and_the_port_change_the_id():
-    assert release_id(BASE.with_server(ctx_per_slot=16384), TAG) != release_id(BASE, TAG)
-    assert release_id(BASE.with_server(port=9090), TAG) != release_id(BASE, TAG)
+@pytest.mark.parametrize("field", SPEC_FIELDS)
+def test_each_spec_value_changes_the_id(field):
+    changed = replace(BASE, **{field: _changed(getattr(BASE, field))})
+    assert release_id(changed, TAG) != release_id(BASE, TAG)
 
 
-@pytest.mark.parametrize("key", sorted(COVERED - {"p", "boot"}))
+def test_the_runtime_spec_the_port_and_the_fleet_values_reach_the_id_from_the_profile():
+    base = release_id(BASE, TAG)
+    assert release_id(InstanceSpec.of(PROFILE.with_server(ctx_per_slot=16384)), TAG) != base
+    assert release_id(InstanceSpec.of(PROFILE.with_server(port=9090)), TAG) != base
+    slower = replace(PROFILE, fleet=replace(PROFILE.fleet, slowest_decode_tok_s=2.0))  # a derived value: the deadline
+    assert release_id(InstanceSpec.of(slower), TAG) != base
+    assert release_id(InstanceSpec.of(replace(PROFILE, fleet=replace(PROFILE.fleet, model_load_s=301))), TAG) != base
+
+
+@pytest.mark.parametrize("key", sorted(COVERED - {"i", "boot"}))
 def test_each_other_template_value_changes_the_id(key, monkeypatch):
-    """gpu, port, the runtime spec, the refusal exit code, the shared names: each changed alone."""
+    """The runtime spec's encoding, the refusal exit code, the shared names: each changed alone."""
     real = render.template_context
     base = release_id(BASE, TAG)
 
-    def one_changed(profile, boot):
-        ctx = real(profile, boot)
+    def one_changed(instance, boot):
+        ctx = real(instance, boot)
         if key == "n":
             ctx["n"] = SimpleNamespace(**{**vars(render.names), "SERVER_UNIT": "another-unit"})
-        elif key == "runtime_spec_b64":
-            ctx[key] = real(profile.with_server(ctx_per_slot=16384), boot)[key]
         else:
             ctx[key] = _changed(ctx[key])
         return ctx
@@ -90,8 +85,10 @@ def test_the_image_changes_the_id():
 
 
 def test_a_price_or_a_description_leaves_the_id():
-    hw = replace(BASE.hardware, ri_1yr_all_upfront_cny=1.0, on_demand_cny_per_hour=0.5, price_is_estimate=True)
-    assert release_id(replace(BASE, description="cheaper now", hardware=hw), TAG) == release_id(BASE, TAG)
+    hw = replace(PROFILE.hardware, ri_1yr_all_upfront_cny=1.0, on_demand_cny_per_hour=0.5, price_is_estimate=True)
+    edited = replace(PROFILE, description="cheaper now", hardware=hw)
+    assert InstanceSpec.of(edited) == BASE
+    assert release_id(InstanceSpec.of(edited), TAG) == release_id(BASE, TAG)
 
 
 def test_deploy_time_values_stay_out_of_the_id():

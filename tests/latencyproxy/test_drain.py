@@ -326,5 +326,5 @@ def test_boot_script_runs_the_hop_with_the_drain_watch():
     from tests.committed import PROFILES
 
     text = (Path(__file__).parents[2] / "userdata" / "templates" / "boot.sh.j2").read_text()
-    assert "--drain-imds http://169.254.169.254 --drain-deadline {{ p.fleet.drain_deadline_s }}" in text
+    assert "--drain-imds http://169.254.169.254 --drain-deadline {{ i.drain_deadline_s }}" in text
     assert all(p.fleet.deregistration_delay_s >= p.fleet.drain_deadline_s for p in PROFILES.values())

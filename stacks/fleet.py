@@ -1,8 +1,10 @@
-"""The Auto Scaling group of llama-server instances: launch template, role, security group."""
+"""The Auto Scaling group of llama-server instances: its boot script, launch template, role, security group."""
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, Stack
+from dataclasses import asdict
+
+from aws_cdk import ArnFormat, Duration, Stack, Token
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
@@ -19,6 +21,7 @@ from fleetmetrics import names
 from runtime.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
+from userdata.render import BootSettings, DeploySettings, InstanceSpec, release_id, render_user_data
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
 GROUP_LOGICAL_ID = "ServingGroup"  # fixed so user data can signal it before the group exists
@@ -43,25 +46,35 @@ class ServingFleet(Construct):
         *,
         hardware: Hardware,
         fleet: FleetSettings,
-        port: int,
+        instance: InstanceSpec,
+        deploy: DeploySettings,
+        image_tag: str,
         root_volume_gib: int,
         boot_budget_s: int,
         vpc: ec2.IVpc,
-        user_data: ec2.UserData,
-        release: str,
     ) -> None:
         """
         hardware: the instance type and AMI of every instance.
         fleet: group sizes, warm pool, Spot, volume performance, drain deadline.
-        port: where the hop listens on the instance (the load balancer's target port).
+        instance: what the boot script reads from the profile (port: the load balancer's target port).
+        deploy: the stack's deploy-time values the boot script reads (image, API key, model cache, log group).
+        image_tag: the image the instances run; with the rendered script, the release id published so that
+        warm-pool instances can compare.
         root_volume_gib: the encrypted gp3 root volume (AMI snapshot, model, image layers).
         boot_budget_s: worst-case launch to /health 200; the ready hook's timeout and the group's grace.
-        user_data: the rendered boot script; `release`: the release_id rendered into it, published so
-        warm-pool instances can compare.
         """
-        _check(port=port, root_volume_gib=root_volume_gib, boot_budget_s=boot_budget_s, release=release)
+        _check(port=instance.port, root_volume_gib=root_volume_gib, boot_budget_s=boot_budget_s, image_tag=image_tag)
         super().__init__(scope, construct_id)
-        self.port = port
+        self.port = instance.port
+        self.release = release_id(instance, image_tag)
+        boot = BootSettings(
+            **asdict(deploy),
+            group_logical_id=GROUP_LOGICAL_ID,
+            lifecycle_hook=READY_HOOK,
+            release=self.release,
+            release_parameter=release_parameter_name(deploy.stack_name),
+        )
+        user_data = ec2.UserData.custom(render_user_data(instance, boot))
         self.role = self._role()
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=vpc, allow_all_outbound=False, description="llama-server instances"
@@ -74,7 +87,7 @@ class ServingFleet(Construct):
             self,
             "Release",
             parameter_name=release_parameter_name(Stack.of(self).stack_name),
-            string_value=release,
+            string_value=self.release,
             description="Release of the launch template; warm-pool instances of another release abandon their launch",
         )
         self.release_parameter.grant_read(self.role)
@@ -285,7 +298,7 @@ class ServingFleet(Construct):
         )
 
 
-def _check(*, port: int, root_volume_gib: int, boot_budget_s: int, release: str) -> None:
+def _check(*, port: int, root_volume_gib: int, boot_budget_s: int, image_tag: str) -> None:
     """The fleet's props, refused before anything is built, with what to change."""
     if not 1 <= port <= 65535:
         raise ProfileError(f"ServingFleet: port {port} is not a TCP port; set the profile's server port to 1-65535")
@@ -296,5 +309,8 @@ def _check(*, port: int, root_volume_gib: int, boot_budget_s: int, release: str)
         )
     if boot_budget_s <= 0:
         raise ProfileError(f"ServingFleet: boot budget {boot_budget_s} s must be positive (the profile's boot plan)")
-    if not release:
-        raise ProfileError("ServingFleet: release is empty; pass userdata.render.release_id(...) for the user data")
+    if not image_tag or Token.is_unresolved(image_tag):
+        raise ProfileError(
+            f"ServingFleet: image tag {image_tag!r} is not a plain tag; pass ImageBuild.image_tag (the release id "
+            "hashes it)"
+        )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aws_cdk import Aspects, Aws, CfnOutput, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -14,7 +13,7 @@ from fleetmetrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements
-from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, ServingFleet, release_parameter_name
+from stacks.fleet import ServingFleet
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.model_cache import ModelCache
@@ -23,8 +22,7 @@ from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.scaling import FleetScaling
 from stacks.wake_door import WakeDoor
-from userdata import BootSettings, InstanceSpec, render_user_data
-from userdata.render import release_id
+from userdata import DeploySettings, InstanceSpec
 
 
 class ServingStack(Stack):
@@ -62,13 +60,10 @@ class ServingStack(Stack):
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
-        instance = InstanceSpec.of(profile)
-        release = release_id(instance, image.image_tag)
-        user_data = render_user_data(instance, self._boot(image, api_key, cache, log_group, release))
         fleet = ServingFleet(
-            self, "Fleet", hardware=profile.hardware, fleet=f, port=profile.server.port,
-            root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s,
-            vpc=network.vpc, user_data=ec2.UserData.custom(user_data), release=release,
+            self, "Fleet", hardware=profile.hardware, fleet=f, instance=InstanceSpec.of(profile),
+            deploy=self._deploy(image, api_key, cache, log_group), image_tag=image.image_tag,
+            root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s, vpc=network.vpc,
         )  # fmt: skip
         fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
         fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)
@@ -117,23 +112,19 @@ class ServingStack(Stack):
         )
         Aspects.of(self).add(CheckovAcknowledgements())
 
-    def _boot(
-        self, image: ImageBuild, api_key: ApiKey, cache: ModelCache, log_group: logs.LogGroup, release: str
-    ) -> BootSettings:
+    def _deploy(
+        self, image: ImageBuild, api_key: ApiKey, cache: ModelCache, log_group: logs.LogGroup
+    ) -> DeploySettings:
         """The deploy-time values the boot script reads (CDK tokens, rendered untouched)."""
-        return BootSettings(
+        return DeploySettings(
             region=self.region,
             stack_name=self.stack_name,
-            group_logical_id=GROUP_LOGICAL_ID,
             image_uri=image.image_uri,
             registry=image.registry,
             api_key_secret_arn=api_key.secret.secret_arn,
             model_cache_url=cache.s3_url,
             log_group=log_group.log_group_name,
             metrics_namespace=names.NAMESPACE,
-            lifecycle_hook=READY_HOOK,
-            release=release,
-            release_parameter=release_parameter_name(self.stack_name),
         )
 
     def _outputs(self, lb: InferenceLoadBalancer, api_key: ApiKey) -> None:

@@ -1,5 +1,5 @@
 """Boot script for serving instances, rendered per profile from a Jinja2 template."""
 
-from userdata.render import BootSettings, InstanceSpec, render_user_data
+from userdata.render import BootSettings, DeploySettings, InstanceSpec, render_user_data
 
-__all__ = ["BootSettings", "InstanceSpec", "render_user_data"]
+__all__ = ["BootSettings", "DeploySettings", "InstanceSpec", "render_user_data"]

@@ -26,18 +26,24 @@ _ENV = jinja2.Environment(
 
 
 @dataclass(frozen=True)
-class BootSettings:
-    """Deploy-time values the stack knows; each may be a CDK token."""
+class DeploySettings:
+    """Deploy-time values the stack knows (the image, the API key, the model cache, the log group); CDK tokens."""
 
     region: str
     stack_name: str
-    group_logical_id: str
     image_uri: str
     registry: str
     api_key_secret_arn: str
     model_cache_url: str
     log_group: str
     metrics_namespace: str
+
+
+@dataclass(frozen=True)
+class BootSettings(DeploySettings):
+    """... and what the fleet adds: its group, its launch hook and its release."""
+
+    group_logical_id: str
     lifecycle_hook: str
     release: str  # this launch template's release_id; a warm-pool instance compares it with the parameter below
     release_parameter: str  # SSM parameter holding the group's current release

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields, replace
 
 import aws_cdk as cdk
 import pytest
@@ -14,19 +15,23 @@ from stacks.fleet import DRAIN_HOOK, READY_HOOK, ServingFleet
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.monitoring import ServiceMonitoring
 from tests.committed import profile_by_stack
+from userdata import DeploySettings, InstanceSpec
+
+DEPLOY = DeploySettings(**{f.name: f"<{f.name}>" for f in fields(DeploySettings)})
 
 
 def _fleet(stack: cdk.Stack, stack_name: str = "IntelMoeStack", **overrides) -> ServingFleet:
     p = profile_by_stack(stack_name)
+    port = overrides.pop("port", p.server.port)
     props = {
         "hardware": p.hardware,
         "fleet": p.fleet,
-        "port": p.server.port,
+        "instance": replace(InstanceSpec.of(p), port=port),
+        "deploy": DEPLOY,
+        "image_tag": "x86-64-cpu-0123456789abcdef",
         "root_volume_gib": p.root_volume_gib,
         "boot_budget_s": p.boot_budget_s,
         "vpc": ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1),
-        "user_data": ec2.UserData.custom("#!/bin/bash\ntrue\n"),
-        "release": "r-test",
     }
     return ServingFleet(stack, "Fleet", **{**props, **overrides})
 
@@ -59,6 +64,28 @@ def test_instances_get_imdsv2_an_encrypted_gp3_root_of_the_given_size_and_no_ssh
     assert "KeyName" not in template["Properties"]["LaunchTemplateData"]
 
 
+def test_the_fleet_renders_its_boot_script_and_publishes_the_release_it_hashes(regional_stack):
+    from userdata.render import release_id
+
+    p = profile_by_stack("IntelMoeStack")
+    fleet = _fleet(regional_stack)
+    t = Template.from_stack(regional_stack)
+    assert fleet.release == release_id(InstanceSpec.of(p), "x86-64-cpu-0123456789abcdef")
+    t.has_resource_properties(
+        "AWS::SSM::Parameter", {"Value": fleet.release, "Name": Match.string_like_regexp("serving-release")}
+    )
+    (lt,) = t.find_resources("AWS::EC2::LaunchTemplate").values()
+    script = json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
+    for rendered in (
+        "<image_uri>",
+        "<api_key_secret_arn>",
+        fleet.release,
+        p.model.file,
+        f"--slots {p.server.parallel}",
+    ):
+        assert rendered in script, rendered
+
+
 def test_both_hooks_are_created_with_the_group_and_the_boot_budget(regional_stack):
     p = profile_by_stack("IntelMoeStack")
     _fleet(regional_stack)
@@ -80,7 +107,7 @@ def test_both_hooks_are_created_with_the_group_and_the_boot_budget(regional_stac
         ({"root_volume_gib": 0}, r"0 GiB root volume is outside gp3's 1-16384 GiB"),
         ({"root_volume_gib": 20_000}, r"lower the model size or the fleet's image_headroom_gib"),
         ({"boot_budget_s": 0}, r"boot budget 0 s must be positive"),
-        ({"release": ""}, r"release is empty; pass userdata.render.release_id"),
+        ({"image_tag": ""}, r"image tag '' is not a plain tag; pass ImageBuild.image_tag"),
     ],
 )
 def test_fleet_props_are_refused_with_what_to_change(regional_stack, override, message):

@@ -215,3 +215,49 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         assert backlog and backlog[0]["Threshold"] == profile.fleet.deferred_alarm
         rate = [a for a in alarms if a.get("Metrics")]
         assert rate and "errors / requests" in json.dumps(rate[0]["Metrics"])
+
+
+def test_the_wake_door_of_a_deployed_stack_wakes_it_and_routes_back(synthesized, monkeypatch):
+    """The scale-from-zero template created in moto, then the wake door's own code run with the environment moto
+    holds for its function (what the Lambda runtime gives it): the names it finds the rule and the group by are
+    the deployed ones, and a request at zero wakes the group."""
+    import importlib.util
+
+    from stacks.wake_door import HANDLER
+    from tests.stacks.test_wake_door_handler import alb_request
+
+    doc = json.loads(synthesized["scale-from-zero"]["IntelMoeStack"].read_text())
+    template, replayed, _ = prepare(doc)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        bootstrap(template)
+        cf = boto3.client("cloudformation", region_name=REGION)
+        cf.create_stack(StackName="IntelMoeStack", TemplateBody=json.dumps(template), Capabilities=["CAPABILITY_IAM"])
+        (fn,) = [
+            f for f in boto3.client("lambda", region_name=REGION).list_functions()["Functions"]
+            if "WakeDoor" in f["FunctionName"]
+        ]  # fmt: skip
+        for key, value in fn["Environment"]["Variables"].items():
+            monkeypatch.setenv(key, value)
+        spec = importlib.util.spec_from_file_location("wake_door_deployed", HANDLER)
+        door = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(door)  # type: ignore[union-attr]
+
+        autoscaling = boto3.client("autoscaling", region_name=REGION)
+        (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+        assert (group["DesiredCapacity"], group["MinSize"]) == (0, 0)
+        assert door.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, None)["routed"] == "door"
+        rule, door_tg, here = door.the_rule()
+        assert here and door_tg.split(":targetgroup/")[1].startswith("IntelMoeStack-WakeD")
+        answer = door.handler(alb_request(door_tg), None)
+        assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"] == str(
+            profile_by_stack("IntelMoeStack").wake_s
+        )
+        (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+        assert group["DesiredCapacity"] == 1 and len(group["Instances"]) == 1
+        elbv2 = boto3.client("elbv2", region_name=REGION)
+        (servers,) = group["TargetGroupARNs"]
+        elbv2.register_targets(TargetGroupArn=servers, Targets=[{"Id": group["Instances"][0]["InstanceId"]}])
+        routed = door.handler({"source": "aws.autoscaling", "detail-type": "EC2 Instance Launch Successful"}, None)
+        assert routed == {"routed": "servers", "in_service": 1}
+        assert not door.the_rule()[2]

@@ -7,18 +7,19 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from stacks.app import build_app
+from stacks.app import apply_options, build_app
 from stacks.image_build import default_sources_dir
-from stacks.options import DEPLOY_CONFIG, DeployOptionError, DeployOptions, load_options
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
-from tests.stacks.conftest import CERT, IAM_CERT, STACK_NAMES
+from tests.stacks.conftest import CERT, DOCUMENTED, IAM_CERT, STACK_NAMES, SYNTHESIZED
 
 
 def _cli_env(tmp_path: Path) -> dict[str, str]:
@@ -44,9 +45,17 @@ def test_every_documented_option_synthesizes_cfn_lint_clean(synthesized):
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
+def test_the_synthesized_sets_hold_every_documented_option_and_the_readme_documents_each_option():
+    every = {k for ctx in DOCUMENTED.values() for k in ctx}
+    assert {k for name in SYNTHESIZED for k in DOCUMENTED[name]} == every  # cdk-nag and the linters see each one
+    assert every <= set(OPTION_NAMES) and set(PARSED) == set(DOCUMENTED)
+    table = (ROOT / "README.md").read_text().split("| option | default | what it does |", 1)[1].split("\n\n", 1)[0]
+    assert sorted(re.findall(r"^\| `(\w+)` \|", table, flags=re.M)) == sorted(OPTION_NAMES)
+
+
 def test_the_cdk_nag_plugin_is_in_the_path(tmp_path):
     """Negative control: the same build_app fails synth on a finding, so the suite above would see one."""
-    app = build_app(cdk_context(), config_file=tmp_path / "absent.toml")
+    app = build_app(cdk_context(), config_file=tmp_path / "absent.toml", stack_names=["IntelMoeStack"])
     ec2.CfnVolume(app.node.find_child("IntelMoeStack"), "Plain", availability_zone="cn-northwest-1a", size=8)
     with pytest.raises(Exception, match="AwsSolutions-EC26"):
         app.synth()
@@ -60,24 +69,71 @@ def _resources(doc: dict, kind: str) -> dict:
     return {k: v for k, v in doc["Resources"].items() if v["Type"] == kind}
 
 
-def test_spot_drops_the_warm_pool_on_cpu_stacks_only(synthesized):
+DEFAULTS = DeployOptions()
+PARSED = {  # what each documented set is, parsed; the fields it leaves alone keep DeployOptions' defaults
+    "spot": {"spot": True},
+    "off-hours": {"off_hours": (20, 8)},
+    "allowed-cidrs": {"allowed_cidrs": ("10.8.0.0/16", "192.168.10.0/24")},
+    "acm-certificate": {"certificate_arn": CERT},
+    "iam-certificate": {"certificate_arn": IAM_CERT},
+    "build-args": {"image_build_args": {"PIP_INDEX_URL": "https://mirrors.aliyun.com/pypi/simple"}},
+    "no-warm-pool": {"warm_pool": 0},
+    "native-arm64-builder": {"arm64_builder": "native"},
+    "beijing": {"region": "cn-north-1"},
+    "cost-saver": {"spot": True, "off_hours": (20, 8)},
+    "scale-from-zero": {"min_capacity": 0, "wake_on_request": True},
+    "off-hours-wake": {"off_hours": (20, 8), "wake_on_request": True},
+    "locked-down": {"allowed_cidrs": ("10.8.0.0/16",), "certificate_arn": CERT, "off_hours": (20, 8)},
+}
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_each_documented_set_parses_to_its_options(name, tmp_path):
+    assert load_options(DOCUMENTED[name], tmp_path / "absent.toml") == replace(DEFAULTS, **PARSED[name])
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_apply_options_puts_the_options_onto_the_fleet_spot_on_cpu_only_and_without_a_warm_pool(stack):
+    p = profile_by_stack(stack)
+    cpu = not p.hardware.has_gpu
+    options = DeployOptions(spot=True, warm_pool=3, off_hours=(20, 8), allowed_cidrs=("10.8.0.0/16",))
+    got = apply_options(p, options)
+    # g5 Spot capacity in China is scarce: GPU stays on demand; PutWarmPool refuses a Spot group
+    expected = replace(
+        p.fleet, spot=cpu, warm_pool_size=0 if cpu else 3, off_hours=(20, 8), allowed_cidrs=("10.8.0.0/16",)
+    )
+    assert got.fleet == expected and replace(got, fleet=p.fleet) == p
+    assert apply_options(p, DeployOptions(warm_pool=0)).fleet.warm_pool_size == 0
+    assert apply_options(p, DeployOptions(min_capacity=0, wake_on_request=True)).fleet == replace(
+        p.fleet, min_capacity=0, wake_on_request=True
+    )
+
+
+def _build_env(doc: dict) -> dict:
+    (project,) = _resources(doc, "AWS::CodeBuild::Project").values()
+    return project["Properties"]["Environment"]
+
+
+def test_the_options_build_app_passes_on_reach_every_stack(synthesized):
+    """What build_app hands each ServingStack (certificate, callers, off hours, build args, arm64 builder), read
+    from the sets synthesized anyway: no synthesis of its own. What each does to its construct: constructs/."""
     for stack in STACK_NAMES:
-        doc = _template(synthesized["spot"], stack)
-        (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup").values()
-        spot = "MixedInstancesPolicy" in group["Properties"]
-        assert spot != profile_by_stack(stack).hardware.has_gpu
-        assert bool(_resources(doc, "AWS::AutoScaling::WarmPool")) == (not spot)
-
-
-def test_warm_pool_option_sets_the_pool(synthesized):
-    for stack in STACK_NAMES:
-        assert not _resources(_template(synthesized["no-warm-pool"], stack), "AWS::AutoScaling::WarmPool")
-
-
-def test_iam_server_certificate_gives_https(synthesized):
-    doc = _template(synthesized["iam-certificate"], "GpuMtpStack")
-    (listener,) = _resources(doc, "AWS::ElasticLoadBalancingV2::Listener").values()
-    assert listener["Properties"]["Certificates"] == [{"CertificateArn": IAM_CERT}]
+        p = profile_by_stack(stack)
+        locked = _template(synthesized["locked-down"], stack)
+        (listener,) = _resources(locked, "AWS::ElasticLoadBalancingV2::Listener").values()
+        assert listener["Properties"]["Certificates"] == [{"CertificateArn": CERT}]
+        assert "https://" in json.dumps(locked["Outputs"]["EndpointUrl"])
+        alb_sg = next(
+            v for k, v in _resources(locked, "AWS::EC2::SecurityGroup").items() if k.startswith("LoadBalancer")
+        )
+        assert [r["CidrIp"] for r in alb_sg["Properties"]["SecurityGroupIngress"]] == ["10.8.0.0/16"]
+        actions = _resources(locked, "AWS::AutoScaling::ScheduledAction").values()
+        schedule = {a["Properties"]["Recurrence"]: a["Properties"] for a in actions}
+        assert schedule["0 8 * * MON-FRI"]["MinSize"] == p.fleet.min_capacity  # back to the profile's minimum
+        env = _build_env(_template(synthesized["build-args"], stack))["EnvironmentVariables"]
+        assert {e["Name"]: e["Value"] for e in env}["BUILD_ARGS"] == DOCUMENTED["build-args"]["imageBuildArgs"]
+        native = _build_env(_template(synthesized["native-arm64-builder"], stack))["Image"]
+        assert ("aarch64" in native) == (p.hardware.architecture.value == "arm64"), native
 
 
 @pytest.mark.parametrize(
@@ -115,12 +171,9 @@ def test_committed_deploy_toml_is_valid_and_keeps_the_catalog_defaults():
     options = load_options({}, DEPLOY_CONFIG)
     assert options.region == "cn-northwest-1" and options.account is None
     assert (options.spot, options.off_hours, options.allowed_cidrs, options.certificate_arn) == (False, None, (), None)
-    assert options.warm_pool is None  # the profile's own warm pool
-    app = build_app(cdk_context())
+    assert options.warm_pool is None and options.min_capacity is None  # the profile's own warm pool and minimum
     for profile in PROFILES.values():
-        doc = Template.from_stack(app.node.find_child(profile.stack_name)).to_json()
-        pools = _resources(doc, "AWS::AutoScaling::WarmPool")
-        assert [p["Properties"]["MinSize"] for p in pools.values()] == [profile.fleet.warm_pool_size]
+        assert apply_options(profile, options) == profile  # so the templates are the catalog's (the snapshots)
 
 
 def test_options_in_deploy_toml_persist_and_c_overrides_one_run(tmp_path):
@@ -131,7 +184,8 @@ def test_options_in_deploy_toml_persist_and_c_overrides_one_run(tmp_path):
     once = load_options({"spot": "false", "allowedCidrs": "10.9.0.0/16"}, config)
     assert not once.spot and once.allowed_cidrs == ("10.9.0.0/16",) and once.certificate_arn == CERT
     # Through the app: the file alone gives a Spot group and the HTTPS listener, with no -c at all.
-    doc = Template.from_stack(build_app(cdk_context(), config_file=config).node.find_child("IntelMoeStack")).to_json()
+    app = build_app(cdk_context(), config_file=config, stack_names=["IntelMoeStack"])
+    doc = Template.from_stack(app.node.find_child("IntelMoeStack")).to_json()
     (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup").values()
     (listener,) = _resources(doc, "AWS::ElasticLoadBalancingV2::Listener").values()
     assert "MixedInstancesPolicy" in group["Properties"] and listener["Properties"]["Port"] == 443

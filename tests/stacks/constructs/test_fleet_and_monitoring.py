@@ -11,9 +11,13 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
 from catalog.errors import ProfileError
+from runtime.names import DRAIN_HEARTBEAT_S
+from stacks.app import apply_options
 from stacks.fleet import DRAIN_HOOK, READY_HOOK, ServingFleet
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.monitoring import ServiceMonitoring
+from stacks.options import DeployOptions
+from stacks.scaling import FleetScaling
 from tests.committed import profile_by_stack
 from userdata import DeploySettings, InstanceSpec
 
@@ -86,6 +90,111 @@ def test_the_fleet_renders_its_boot_script_and_publishes_the_release_it_hashes(r
         assert rendered in script, rendered
 
 
+def test_the_root_volume_performance_and_the_instance_role_come_from_the_props(regional_stack):
+    p = profile_by_stack("GpuMtpStack")  # 3000 IOPS and 500 MiB/s, not the fleet defaults
+    _fleet(regional_stack, "GpuMtpStack", root_volume_gib=77)
+    t = Template.from_stack(regional_stack)
+    ebs = {"VolumeSize": 77, "Iops": p.fleet.volume_iops, "Throughput": p.fleet.volume_throughput_mibps}
+    t.has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {"BlockDeviceMappings": [Match.object_like({"Ebs": Match.object_like(ebs)})]}
+            )
+        },
+    )
+    t.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": Match.object_like(
+                {"Statement": [Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}
+            ),
+            "ManagedPolicyArns": [
+                {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"]]}
+            ],
+        },
+    )
+
+
+def test_the_group_is_elb_checked_and_waits_for_its_instances_signals_within_the_boot_budget(regional_stack):
+    p = profile_by_stack("IntelMoeStack")
+    _fleet(regional_stack, boot_budget_s=1234)
+    t = Template.from_stack(regional_stack)
+    t.has_resource(
+        "AWS::AutoScaling::AutoScalingGroup",
+        {
+            "Properties": Match.object_like(
+                {
+                    "HealthCheckType": "ELB",
+                    "HealthCheckGracePeriod": 1234,
+                    "MinSize": str(p.fleet.min_capacity),
+                    "MaxSize": str(p.fleet.max_capacity),
+                    "LaunchTemplate": Match.object_like({"LaunchTemplateId": Match.any_value()}),
+                    "LaunchConfigurationName": Match.absent(),
+                    "MixedInstancesPolicy": Match.absent(),
+                    "CapacityRebalance": Match.absent(),
+                }
+            ),
+            "CreationPolicy": {"ResourceSignal": {"Count": p.fleet.min_capacity, "Timeout": "PT20M34S"}},
+            "UpdatePolicy": Match.object_like(
+                {
+                    "AutoScalingRollingUpdate": Match.object_like(
+                        {"MaxBatchSize": 1, "WaitOnResourceSignals": True, "PauseTime": "PT20M34S"}
+                    )
+                }
+            ),
+        },
+    )
+
+
+def test_spot_is_all_spot_capacity_optimized_with_rebalancing(regional_stack):
+    p = profile_by_stack("IntelMoeStack")
+    _fleet(regional_stack, fleet=replace(p.fleet, spot=True))
+    Template.from_stack(regional_stack).has_resource_properties(
+        "AWS::AutoScaling::AutoScalingGroup",
+        {
+            "MixedInstancesPolicy": Match.object_like(
+                {
+                    "InstancesDistribution": {
+                        "OnDemandBaseCapacity": 0,
+                        "OnDemandPercentageAboveBaseCapacity": 0,
+                        "SpotAllocationStrategy": "capacity-optimized",
+                    },
+                    "LaunchTemplate": Match.object_like({"LaunchTemplateSpecification": Match.any_value()}),
+                }
+            ),
+            "CapacityRebalance": True,
+            "LaunchTemplate": Match.absent(),
+        },
+    )
+
+
+def _fleet_with_scaling(stack: cdk.Stack, stack_name: str, options: DeployOptions) -> Template:
+    """The fleet and its scaling built from the props apply_options gives this stack's profile for `options`."""
+    fleet_settings = apply_options(profile_by_stack(stack_name), options).fleet
+    fleet = _fleet(stack, stack_name, fleet=fleet_settings)
+    FleetScaling(stack, "Scaling", fleet=fleet_settings, asg=fleet.asg, no_target_503=None)
+    return Template.from_stack(stack)
+
+
+@pytest.mark.parametrize(("stack_name", "spot"), [("IntelMoeStack", True), ("GpuMtpStack", False)])
+def test_the_spot_option_gives_a_cpu_fleet_spot_without_a_warm_pool_and_leaves_the_gpu_fleet_as_it_is(
+    regional_stack, stack_name, spot
+):
+    t = _fleet_with_scaling(regional_stack, stack_name, DeployOptions(spot=True))
+    (group,) = t.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    assert ("MixedInstancesPolicy" in group["Properties"]) is spot
+    t.resource_count_is("AWS::AutoScaling::WarmPool", 0 if spot else 1)
+
+
+@pytest.mark.parametrize(("warm_pool", "pools"), [(0, 0), (2, 1)])
+def test_the_warm_pool_option_sizes_the_pool(regional_stack, warm_pool, pools):
+    t = _fleet_with_scaling(regional_stack, "GravitonMoeStack", DeployOptions(warm_pool=warm_pool))
+    t.resource_count_is("AWS::AutoScaling::WarmPool", pools)
+    if pools:
+        t.has_resource_properties("AWS::AutoScaling::WarmPool", {"MinSize": warm_pool})
+
+
 def test_both_hooks_are_created_with_the_group_and_the_boot_budget(regional_stack):
     p = profile_by_stack("IntelMoeStack")
     _fleet(regional_stack)
@@ -96,8 +205,37 @@ def test_both_hooks_are_created_with_the_group_and_the_boot_budget(regional_stac
     assert set(hooks) == {READY_HOOK, DRAIN_HOOK}
     assert hooks[READY_HOOK]["HeartbeatTimeout"] == p.boot_budget_s
     assert hooks[READY_HOOK]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
+    assert hooks[READY_HOOK]["DefaultResult"] == "ABANDON"  # an instance that never answers /health never serves
     assert hooks[DRAIN_HOOK]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
     assert hooks[DRAIN_HOOK]["DefaultResult"] == "CONTINUE"
+    # a few missed heartbeats end a drain, not the first late one
+    assert DRAIN_HEARTBEAT_S < hooks[DRAIN_HOOK]["HeartbeatTimeout"] <= 4 * DRAIN_HEARTBEAT_S
+
+
+def test_the_instances_complete_and_heartbeat_only_the_hooks_of_their_own_stacks_group(regional_stack):
+    _fleet(regional_stack)
+    Template.from_stack(regional_stack).has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyDocument": Match.object_like(
+                {
+                    "Statement": Match.array_with(
+                        [
+                            {
+                                "Action": [
+                                    "autoscaling:CompleteLifecycleAction",
+                                    "autoscaling:RecordLifecycleActionHeartbeat",
+                                ],
+                                "Effect": "Allow",
+                                "Resource": "arn:aws-cn:autoscaling:cn-northwest-1:111122223333:autoScalingGroup:*:"
+                                "autoScalingGroupName/Test-ServingGroup-*",
+                            }
+                        ]
+                    )
+                }
+            )
+        },
+    )
 
 
 @pytest.mark.parametrize(
@@ -150,6 +288,37 @@ def test_a_cpu_stack_without_mtp_has_neither_gpu_nor_mtp_widgets_and_a_wider_ttf
     assert "nvidia_smi" not in body and "MTP draft acceptance" not in body
     descriptions = [a["Properties"]["AlarmDescription"] for a in t.find_resources("AWS::CloudWatch::Alarm").values()]
     assert any(d.startswith("IntelMoeStack: P95 time to first token above 30 s") for d in descriptions), descriptions
+
+
+def test_the_alarms_page_on_no_healthy_host_5xx_and_a_backlog_and_the_dashboard_graphs_the_service(regional_stack):
+    p = profile_by_stack("IntelMoeStack")
+    t = _monitoring(regional_stack, "IntelMoeStack")
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmDescription": "IntelMoeStack: no instance passes /health",
+            "MetricName": "HealthyHostCount",
+            "Threshold": 1,
+            "ComparisonOperator": "LessThanThreshold",
+            "TreatMissingData": "breaching",
+        },
+    )
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"AlarmDescription": "IntelMoeStack: more than 5% of requests answered 5xx", "Threshold": 5},
+    )
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmDescription": Match.string_like_regexp("^IntelMoeStack: requests queue in llama-server"),
+            "MetricName": "RequestsDeferred",
+            "Threshold": p.fleet.deferred_alarm,
+        },
+    )
+    assert not t.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"MetricName": "CPUUtilization"}})
+    body = _dashboard_body(t)
+    for metric in ("GeneratedTokensPerSecond", "RequestsDeferred", "TargetResponseTime", "HealthyHostCount"):
+        assert metric in body, metric
 
 
 def test_monitoring_refuses_an_empty_name(regional_stack):

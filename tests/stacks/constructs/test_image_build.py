@@ -19,6 +19,12 @@ def _env(t: Template) -> dict[str, str]:
     return {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
 
 
+def _env_of(t: Template, construct_id: str) -> dict[str, str]:
+    projects = [p for k, p in t.find_resources("AWS::CodeBuild::Project").items() if k.startswith(construct_id)]
+    (project,) = projects
+    return {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
+
+
 def test_two_layers_each_tagged_by_its_inputs(regional_stack):
     image = ImageBuild(regional_stack, "Image", target=X86)
     t = Template.from_stack(regional_stack)
@@ -55,12 +61,18 @@ def test_the_arm64_builder(regional_stack, builder, image):
     assert image in project["Properties"]["Environment"]["Image"]
 
 
-def test_build_args_and_the_mirror_reach_the_build(regional_stack):
+def test_build_args_and_the_mirror_reach_the_build_and_key_its_tags(regional_stack):
     args = {"PIP_INDEX_URL": "https://mirrors.aliyun.com/pypi/simple"}
-    ImageBuild(regional_stack, "Image", target=X86, build_args=args, debian_mirror="http://deb.debian.org/debian/")
-    env = _env(Template.from_stack(regional_stack))
+    image = ImageBuild(
+        regional_stack, "Image", target=X86, build_args=args, debian_mirror="http://deb.debian.org/debian/"
+    )
+    plain = ImageBuild(regional_stack, "Plain", target=X86)
+    env = _env_of(Template.from_stack(regional_stack), "Image")
     assert env["BUILD_ARGS"] == "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"
     assert env["DEBIAN_MIRROR"] == "http://deb.debian.org/debian"
+    assert _env_of(Template.from_stack(regional_stack), "Plain")["BUILD_ARGS"] == ""
+    # another build is another image: the tag (the build's key) changes, so instances pull the new one
+    assert image.image_tag != plain.image_tag and image.image_tag.startswith("x86-64-cpu-")
 
 
 @pytest.mark.parametrize(

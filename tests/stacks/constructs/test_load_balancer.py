@@ -14,6 +14,7 @@ from catalog.errors import ProfileError
 from stacks.load_balancer import InferenceLoadBalancer
 
 CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
+IAM_CERT = "arn:aws-cn:iam::111122223333:server-certificate/llama-internal"  # China's usual kind: ACM issues none
 
 
 def _build(stack, **props):
@@ -62,16 +63,40 @@ def test_internal_http_alb_with_a_health_checked_target_group(regional_stack):
     assert "dummy" not in json.dumps(t.to_json())
 
 
-def test_a_certificate_gives_https_on_443(regional_stack):
+@pytest.mark.parametrize("certificate", [CERT, IAM_CERT], ids=["acm", "iam-server-certificate"])
+def test_a_certificate_gives_https_on_443(regional_stack, certificate):
     stack = regional_stack
-    lb = _build(stack, certificate_arn=CERT)
+    lb = _build(stack, certificate_arn=certificate)
     t = Template.from_stack(stack)
     t.has_resource_properties(
         "AWS::ElasticLoadBalancingV2::Listener",
-        {"Port": 443, "Protocol": "HTTPS", "Certificates": [{"CertificateArn": CERT}]},
+        {"Port": 443, "Protocol": "HTTPS", "Certificates": [{"CertificateArn": certificate}]},
     )
     t.resource_count_is("AWS::ElasticLoadBalancingV2::Listener", 1)
-    assert lb.url.startswith("https://")
+    t.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {"SecurityGroupIngress": [Match.object_like({"CidrIp": "10.40.0.0/16", "FromPort": 443, "ToPort": 443})]},
+    )
+    assert lb.url.startswith("https://") and lb.port == 443
+
+
+def test_access_logs_go_to_the_given_bucket_under_alb(regional_stack):
+    stack = regional_stack
+    _build(stack)
+    t = Template.from_stack(stack)
+    (bucket,) = t.find_resources("AWS::S3::Bucket")
+    t.has_resource_properties(
+        "AWS::ElasticLoadBalancingV2::LoadBalancer",
+        {
+            "LoadBalancerAttributes": Match.array_with(
+                [
+                    {"Key": "access_logs.s3.enabled", "Value": "true"},
+                    {"Key": "access_logs.s3.bucket", "Value": {"Ref": bucket}},
+                    {"Key": "access_logs.s3.prefix", "Value": "alb"},
+                ]
+            )
+        },
+    )
 
 
 def test_allowed_cidrs_replace_the_vpc_as_callers(regional_stack):

@@ -18,6 +18,7 @@ def test_vpc_endpoints_and_flow_logs(stack):
     t.has_resource_properties("AWS::EC2::VPCEndpoint", {"VpcEndpointType": "Gateway"})
     t.has_resource_properties("AWS::EC2::VPCEndpoint", {"VpcEndpointType": "Interface", "PrivateDnsEnabled": True})
     t.resource_count_is("AWS::EC2::FlowLog", 1)
+    t.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL", "ResourceType": "VPC"})
     groups = t.find_resources("AWS::EC2::SecurityGroup")
     rules = [r for g in groups.values() for r in g["Properties"].get("SecurityGroupIngress", [])]
     assert rules and all((r["CidrIp"], r["FromPort"]) == ("10.40.0.0/16", 443) for r in rules)

@@ -67,25 +67,20 @@ def instance() -> Iterator[tuple[Instance, Imds]]:
     imds.close()
 
 
-@pytest.fixture
-def make_hop(local_server, aws: AwsStandIn, instance) -> Iterator:
-    started: list[ProxyServer] = []
+@pytest.fixture(name="drain_hop")
+def drain_hop_fixture(make_hop, local_server, aws: AwsStandIn, instance):  # noqa: ANN201
+    """drain_hop(**DrainSettings): the package's make_hop in front of the real llama-server, with a drain watch on
+    the IMDS stand-in and moto."""
+    _, imds = instance
 
     def make(**settings) -> ProxyServer:
-        _, imds = instance
         defaults = {"poll_s": 0.1, "hook": DRAIN_HOOK, "namespace": NAMESPACE, "region": REGION}
         drainer = Drainer(
             DrainSettings(imds_url=f"http://127.0.0.1:{imds.port}", **{**defaults, **settings}), aws=aws.client
         )
-        server = ProxyServer(("127.0.0.1", 0), local_server[0], drainer=drainer)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        started.append(server)
-        return server
+        return make_hop(local_server[0], drainer=drainer)
 
-    yield make
-    for server in started:
-        server.shutdown()
-        server.server_close()
+    return make
 
 
 @dataclass
@@ -179,12 +174,12 @@ def _metric_sum(aws: AwsStandIn, metric: str, instance_id: str) -> float:
 
 
 def test_a_stream_started_before_a_spot_notice_completes_and_new_requests_get_503(
-    make_hop, local_server, instance, aws, caplog
+    drain_hop, local_server, instance, aws, caplog
 ):
     caplog.set_level(logging.INFO, logger="latencyproxy")
     inst, _ = instance
     key = local_server[1]
-    hop = make_hop()
+    hop = drain_hop()
     assert _request(hop, "GET", "/health", key)[0] == 200
     assert _hop_metrics(hop, key)[hop_names.DRAINING] == 0 and hop_names.DRAIN_STREAMS_CUT not in _hop_metrics(hop, key)
     stream = _stream(hop, key, max_tokens=64)
@@ -217,10 +212,10 @@ def test_a_stream_started_before_a_spot_notice_completes_and_new_requests_get_50
     assert _metric_sum(aws, names.DRAINS, inst.instance_id) == 1
 
 
-def test_a_stream_still_running_at_the_spot_deadline_is_counted_cut(make_hop, local_server, instance, aws):
+def test_a_stream_still_running_at_the_spot_deadline_is_counted_cut(drain_hop, local_server, instance, aws):
     inst, _ = instance
     key = local_server[1]
-    hop = make_hop()
+    hop = drain_hop()
     stream = _stream(hop, key, max_tokens=4000)
     assert stream.first.wait(60)
     inst.notices[SPOT_ACTION] = json.dumps({"action": "terminate", "time": _iso(time.time() + PUBLISH_MARGIN_S + 2)})
@@ -232,10 +227,10 @@ def test_a_stream_still_running_at_the_spot_deadline_is_counted_cut(make_hop, lo
     _until(lambda: _metric_sum(aws, names.DRAIN_STREAMS_CUT, inst.instance_id) == 1, 10, "PutMetricData")
 
 
-def test_after_a_spot_drain_the_group_taking_the_instance_completes_the_hook_at_once(make_hop, instance, aws):
+def test_after_a_spot_drain_the_group_taking_the_instance_completes_the_hook_at_once(drain_hop, instance, aws):
     inst, _ = instance
     inst.notices[TARGET_STATE] = "InService"
-    hop = make_hop()
+    hop = drain_hop()
     _until(lambda: hop.drainer.seen_in_service, 5, "InService")
     inst.notices[SPOT_ACTION] = json.dumps({"action": "terminate", "time": _iso(time.time() + 120)})
     _until(lambda: hop.drain is not None and hop.drain.done, 5, "the (idle) Spot drain to end")
@@ -245,11 +240,11 @@ def test_after_a_spot_drain_the_group_taking_the_instance_completes_the_hook_at_
     assert done.params["LifecycleActionResult"] == "CONTINUE"
 
 
-def test_scale_in_waits_for_a_busy_slot_with_heartbeats_then_continues(make_hop, local_server, instance, aws):
+def test_scale_in_waits_for_a_busy_slot_with_heartbeats_then_continues(drain_hop, local_server, instance, aws):
     inst, _ = instance
     key = local_server[1]
     inst.notices[TARGET_STATE] = "InService"
-    hop = make_hop(heartbeat_s=1.0, deadline_s=300)
+    hop = drain_hop(heartbeat_s=1.0, deadline_s=300)
     stream = _stream(hop, key, max_tokens=64)
     assert stream.first.wait(60)
     _until(lambda: hop.drainer.seen_in_service, 5, "the hop to read InService")
@@ -270,10 +265,10 @@ def test_scale_in_waits_for_a_busy_slot_with_heartbeats_then_continues(make_hop,
     assert (hop.drain.finished, hop.drain.cut) == (1, 0)
 
 
-def test_an_idle_instance_leaving_the_group_continues_at_once(make_hop, local_server, instance, aws):
+def test_an_idle_instance_leaving_the_group_continues_at_once(drain_hop, local_server, instance, aws):
     inst, _ = instance
     inst.notices[TARGET_STATE] = "InService"
-    hop = make_hop(heartbeat_s=0.5)
+    hop = drain_hop(heartbeat_s=0.5)
     _until(lambda: hop.drainer.seen_in_service, 5, "InService")
     inst.notices[TARGET_STATE] = "Warmed:Stopped"  # scale-in back into the warm pool (reuse_on_scale_in)
     _until(lambda: hop.drainer.completed_hook, 5, "CompleteLifecycleAction")
@@ -281,11 +276,11 @@ def test_an_idle_instance_leaving_the_group_continues_at_once(make_hop, local_se
     assert (hop.drain.finished, hop.drain.cut) == (0, 0)
 
 
-def test_standby_drains_without_the_hook_and_the_return_to_service_serves_again(make_hop, local_server, instance, aws):
+def test_standby_drains_without_the_hook_and_the_return_to_service_serves_again(drain_hop, local_server, instance, aws):
     inst, _ = instance
     key = local_server[1]
     inst.notices[TARGET_STATE] = "InService"
-    hop = make_hop(heartbeat_s=0.5)
+    hop = drain_hop(heartbeat_s=0.5)
     _until(lambda: hop.drainer.seen_in_service, 5, "InService")
     inst.notices[TARGET_STATE] = "Standby"  # EnterStandby: the ALB deregisters it; no lifecycle hook holds it
     _until(lambda: hop.drain is not None and hop.drain.done, 10, "the Standby drain to end")
@@ -306,13 +301,13 @@ def test_standby_drains_without_the_hook_and_the_return_to_service_serves_again(
 
 
 def test_a_first_boot_into_the_warm_pool_and_a_rebalance_recommendation_do_not_drain(
-    make_hop, local_server, instance, caplog
+    drain_hop, local_server, instance, caplog
 ):
     caplog.set_level(logging.INFO, logger="latencyproxy")
     inst, imds = instance
     inst.notices[TARGET_STATE] = "Warmed:Stopped"  # what a warm-pool instance reads while its user data runs
     inst.notices[REBALANCE] = json.dumps({"noticeTime": _iso(time.time())})
-    hop = make_hop()
+    hop = drain_hop()
     _until(lambda: sum(1 for _, path, _ in imds.requests if path.endswith(TARGET_STATE)) >= 5, 10, "polls")
     assert hop.drain is None
     assert _request(hop, "GET", "/health", local_server[1])[0] == 200  # the ready unit can release the launch hook

@@ -154,24 +154,6 @@ def test_stacks_named_as_users_type_them(app):
 
 @pytest.mark.parametrize("stack", STACK_NAMES)
 class TestOperatingAtScale:
-    def test_scales_on_llama_cpp_signals_not_cpu(self, templates, stack):
-        t, p = templates[stack], profile_by_stack(stack)
-        policies = [r["Properties"] for r in resources(t, "AWS::AutoScaling::ScalingPolicy").values()]
-        tracking = [x for x in policies if x["PolicyType"] == "TargetTrackingScaling"]
-        assert len(tracking) == 1
-        spec = tracking[0]["TargetTrackingConfiguration"]
-        assert spec["CustomizedMetricSpecification"]["MetricName"] == "SlotsBusyRatio"
-        assert spec["CustomizedMetricSpecification"]["Namespace"] == "GgufServe/LlamaServer"
-        assert spec["TargetValue"] == p.fleet.target_busy_slot_ratio * 100
-        step = [x for x in policies if x["PolicyType"] == "StepScaling"]
-        assert step and all(x["AdjustmentType"] == "ChangeInCapacity" for x in step)
-        alarms = [r["Properties"] for r in resources(t, "AWS::CloudWatch::Alarm").values()]
-        step_alarm_metrics = {a.get("MetricName") for a in alarms if "DeferredRequests" in json.dumps(a)}
-        assert "RequestsDeferred" in step_alarm_metrics
-        shed = [a for a in alarms if a.get("MetricName") == "RequestsShed"]  # the hop's 429s add capacity
-        assert shed and shed[0]["Statistic"] == "Sum" and shed[0]["AlarmActions"]
-        assert not any(a.get("MetricName") == "CPUUtilization" for a in alarms)
-
     def test_the_warm_pool_is_the_profiles_and_the_user_data_completes_the_groups_ready_hook(self, templates, stack):
         t, p = templates[stack], profile_by_stack(stack)
         assert only(t, "AWS::AutoScaling::WarmPool")["MinSize"] == p.fleet.warm_pool_size

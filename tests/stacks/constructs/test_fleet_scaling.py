@@ -79,3 +79,22 @@ def test_off_hours_with_wake_bring_the_group_to_zero_and_a_refused_request_sets_
 def test_wake_on_request_without_the_alb_metric_is_refused(stack):
     with pytest.raises(ValueError, match=r"wake_on_request needs the load balancer's HTTPCode_ELB_503_Count"):
         _scaled(stack, with_503=False, wake_on_request=True)
+
+
+def test_scales_on_llama_cpp_signals_not_cpu(stack):
+    """Target tracking on busy slots at the fleet's ratio; steps on queued and shed requests; nothing on CPU (a CPU
+    stack is always 100% busy while it generates)."""
+    t = _scaled(stack, target_busy_slot_ratio=0.5)
+    policies = [r["Properties"] for r in t.find_resources("AWS::AutoScaling::ScalingPolicy").values()]
+    (tracking,) = [x["TargetTrackingConfiguration"] for x in policies if x["PolicyType"] == "TargetTrackingScaling"]
+    metric = tracking["CustomizedMetricSpecification"]
+    assert (metric["MetricName"], metric["Namespace"], tracking["TargetValue"]) == (
+        "SlotsBusyRatio", "GgufServe/LlamaServer", 50
+    )  # fmt: skip
+    steps = [x for x in policies if x["PolicyType"] == "StepScaling"]
+    assert len(steps) == 2 and all(x["AdjustmentType"] == "ChangeInCapacity" for x in steps)
+    alarms = [r["Properties"] for r in t.find_resources("AWS::CloudWatch::Alarm").values()]
+    by_metric = {a.get("MetricName"): a for a in alarms}
+    assert by_metric["RequestsDeferred"]["Statistic"] == "Maximum" and by_metric["RequestsDeferred"]["AlarmActions"]
+    assert by_metric["RequestsShed"]["Statistic"] == "Sum" and by_metric["RequestsShed"]["AlarmActions"]
+    assert "CPUUtilization" not in by_metric

@@ -45,7 +45,8 @@ def run_checks(plan: DeployPlan, client: Clients) -> list[Result]:
         Result(f"model {name}", Status.BLOCKER, why, "lock the model, as the detail says, then run this again")
         for name, why in plan.refused
     ]
-    for check in (ami, instance_offerings, vcpu_quotas, build_environments, bootstrap, endpoint_services):
+    checks = (ami, instance_offerings, vcpu_quotas, build_environments, bootstrap, endpoint_services, lambda_capacity)
+    for check in checks:
         try:
             results.extend(check(plan, client))
         except (ClientError, BotoCoreError) as e:
@@ -226,3 +227,25 @@ def endpoint_services(plan: DeployPlan, client: Clients) -> Iterator[Result]:
         )
     else:
         yield Result("VPC endpoint services", Status.OK, f"all {len(wanted)} offered")
+
+
+def lambda_capacity(plan: DeployPlan, client: Clients) -> Iterator[Result]:
+    """The stacks' functions (the image build's trigger at deploy time; with wakeOnRequest, the wake door at every
+    request while the group sleeps) run in the account's unreserved concurrency (GetAccountSettings)."""
+    functions = [f for s in plan.stacks for f in s.functions]
+    if not functions:
+        return
+    limit = client("lambda").get_account_settings()["AccountLimit"]
+    unreserved, total = limit["UnreservedConcurrentExecutions"], limit["ConcurrentExecutions"]
+    doors = [f for f in functions if f.startswith("WakeDoor")]
+    detail = f"{unreserved} of {total} concurrent executions unreserved; {len(functions)} functions"
+    detail += f", {len(doors)} wake door(s)" if doors else ""
+    if unreserved < 1:
+        yield Result(
+            "Lambda concurrency",
+            Status.BLOCKER,
+            detail,
+            "release reserved concurrency of other functions or ask for a higher concurrent executions quota",
+        )
+    else:
+        yield Result("Lambda concurrency", Status.OK, detail)

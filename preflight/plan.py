@@ -34,6 +34,7 @@ class StackPlan:
     build_images: tuple[tuple[str, str, str], ...]  # CodeBuild (environment type, image, compute type)
     endpoint_services: tuple[str, ...]
     bootstrap_version: int  # the lowest CDK bootstrap stack version the template accepts
+    functions: tuple[str, ...] = ()  # Lambda functions' logical ids (the image build's trigger, WakeDoor...)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ def deploy_plan(
                 build_images=tuple(_build_images(template)),
                 endpoint_services=tuple(sorted(_endpoint_services(template, options.region))),
                 bootstrap_version=_bootstrap_version(template),
+                functions=tuple(_functions(template)),
             )
         )
     plans += [_unlocked_plan(name, options, ctx, images) for name in unplanned]
@@ -136,6 +138,10 @@ def _quota_code(gpu: bool, spot: bool) -> str:
 
 def _resources(template: dict, kind: str) -> list[dict]:
     return [r.get("Properties", {}) for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def _functions(template: dict) -> list[str]:
+    return sorted(name for name, r in template["Resources"].items() if r["Type"] == "AWS::Lambda::Function")
 
 
 def _zones(template: dict) -> set[str]:

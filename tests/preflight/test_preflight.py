@@ -44,10 +44,11 @@ class Account:
         self.bootstrap_status: str | None = "UPDATE_COMPLETE"
         self.bootstrap_version = max(s.bootstrap_version for s in plan.stacks)
         self.endpoint_services = {n for s in plan.stacks for n in s.endpoint_services} | {"com.amazonaws.x.other"}
+        self.lambda_unreserved = 1000
 
     def clients(self) -> dict[str, Any]:
         made = {}
-        for service in ("sts", "ssm", "ec2", "service-quotas", "codebuild", "cloudformation"):
+        for service in ("sts", "ssm", "ec2", "service-quotas", "codebuild", "cloudformation", "lambda"):
             made[service] = boto3.client(
                 service, region_name=REGION, aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="x"
             )
@@ -119,6 +120,10 @@ class Account:
                     {"Name": BOOTSTRAP_VERSION_PARAMETER},
                 )
         stub["ec2"].add_response("describe_vpc_endpoint_services", {"ServiceNames": sorted(self.endpoint_services)})
+        stub["lambda"].add_response(
+            "get_account_settings",
+            {"AccountLimit": {"ConcurrentExecutions": 1000, "UnreservedConcurrentExecutions": self.lambda_unreserved}},
+        )
         for s in stub.values():
             s.activate()
         self.stubs = stub
@@ -252,6 +257,20 @@ class _Session:
     def client(self, service: str, region_name: str):
         assert region_name == REGION
         return self.made[service]
+
+
+def test_lambda_concurrency_all_reserved_blocks_the_image_build_and_the_wake_door(plan):
+    account = Account(plan)
+    account.lambda_unreserved = 0
+    r = _blocker(account.check(), "Lambda concurrency")
+    assert r.detail.startswith("0 of 1000 concurrent executions unreserved") and "reserved concurrency" in r.todo
+
+
+def test_a_wake_door_is_counted_when_the_option_adds_it():
+    woken = deploy_plan(context={**cdk_context(), "minCapacity": "0", "wakeOnRequest": "true"})
+    assert all(any(f.startswith("WakeDoorFunction") for f in s.functions) for s in woken.stacks)
+    (ok,) = [r for r in Account(woken).check() if r.check == "Lambda concurrency"]
+    assert ok.status is Status.OK and f"{len(woken.stacks)} wake door(s)" in ok.detail
 
 
 def test_the_command_prints_one_table_and_exits_by_blockers(plan, capsys, monkeypatch):

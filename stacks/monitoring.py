@@ -12,7 +12,7 @@ from constructs import Construct
 
 from catalog.fleet import FleetSettings
 from fleetmetrics import names
-from stacks.scaling import group_metric
+from stacks.scaling import group_metric, group_size
 
 FIVE_MIN = Duration.minutes(5)
 # P95 time to first token that pages: a GPU answers a 2k-token prompt in about a second; the CPU stacks take tens
@@ -53,7 +53,7 @@ class ServiceMonitoring(Construct):
             # their launch hook, so /health was 200) and none passes the load balancer's checks.
             healthy = cloudwatch.MathExpression(
                 expression="IF(FILL(serving, 0) >= 1, FILL(healthy, 0), 1)",
-                using_metrics={"serving": _group_size(asg, "GroupInServiceInstances"), "healthy": healthy},
+                using_metrics={"serving": group_size(asg, "GroupInServiceInstances"), "healthy": healthy},
                 label="healthy hosts (1 while the group is at zero)",
                 period=Duration.minutes(1),
             )
@@ -194,8 +194,8 @@ class ServiceMonitoring(Construct):
             _graph(
                 "Wake-ups: instances in service / desired, ALB 503s with no target, wake door answers",
                 [
-                    _group_size(asg, "GroupInServiceInstances"),
-                    _group_size(asg, "GroupDesiredCapacity"),
+                    group_size(asg, "GroupInServiceInstances"),
+                    group_size(asg, "GroupDesiredCapacity"),
                     # The ALB answers 503 itself when no target is registered or healthy (a group at zero): ELB
                     # User Guide, "HTTP 503: Service unavailable", docs.amazonaws.cn.
                     alb.metrics.http_code_elb(
@@ -227,17 +227,6 @@ class ServiceMonitoring(Construct):
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{name}-llama")
         for i in range(0, len(widgets), 2):
             self.dashboard.add_widgets(*widgets[i : i + 2])
-
-
-def _group_size(asg: autoscaling.AutoScalingGroup, metric_name: str) -> cloudwatch.Metric:
-    """EC2 Auto Scaling's own group metrics (the group enables all of them: group_metrics in stacks/fleet.py)."""
-    return cloudwatch.Metric(
-        namespace="AWS/AutoScaling",
-        metric_name=metric_name,
-        dimensions_map={"AutoScalingGroupName": asg.auto_scaling_group_name},
-        statistic="Maximum",
-        period=Duration.minutes(1),
-    )
 
 
 def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:

@@ -25,6 +25,18 @@ def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic:
     )
 
 
+def group_size(asg: autoscaling.AutoScalingGroup, metric_name: str) -> cloudwatch.Metric:
+    """EC2 Auto Scaling's own group metrics (GroupInServiceInstances, GroupDesiredCapacity, ...; the group enables
+    all of them: group_metrics in stacks/fleet.py), one-minute Maximum."""
+    return cloudwatch.Metric(
+        namespace="AWS/AutoScaling",
+        metric_name=metric_name,
+        dimensions_map={"AutoScalingGroupName": asg.auto_scaling_group_name},
+        statistic="Maximum",
+        period=Duration.minutes(1),
+    )
+
+
 def step_scale_out(
     asg: autoscaling.AutoScalingGroup,
     construct_id: str,
@@ -78,23 +90,18 @@ _AGGREGATION = {  # what scale_on_metric derives from the metric's statistic
 def wake_on_request(
     asg: autoscaling.AutoScalingGroup, *, no_target_503: cloudwatch.IMetric, warmup: Duration
 ) -> autoscaling.StepScalingAction:
-    """A group at zero goes to one instance when the ALB answered requests itself with 503 in the last minute.
+    """The wake door's backstop (stacks/wake_door.py): a group at zero goes to one instance when the ALB answered
+    requests itself with 503 in the last minute, which happens only while the door's weights are wrong.
 
     With no registered target the ALB answers 503 and counts it in HTTPCode_ELB_503_Count (ELB User Guide for
     Application Load Balancers, "Troubleshoot your Application Load Balancers", HTTP 503, docs.amazonaws.cn);
     the group's own GroupInServiceInstances (group metrics are on: stacks/fleet.py) says it is at zero. Both are
     one-minute metrics, so the scale-out starts one to two minutes after the first refused request (not measured
     without an account). ExactCapacity 1: the alarm staying in ALARM while the instance boots changes nothing.
-    The client gets the ALB's bare 503, without Retry-After: it retries until the instance is in service.
+    Those clients get the ALB's bare 503, without Retry-After.
     """
     scope = Construct(asg, "WakeOnRequest")
-    in_service = cloudwatch.Metric(
-        namespace="AWS/AutoScaling",
-        metric_name="GroupInServiceInstances",
-        dimensions_map={"AutoScalingGroupName": asg.auto_scaling_group_name},
-        statistic="Maximum",
-        period=Duration.minutes(1),
-    )
+    in_service = group_size(asg, "GroupInServiceInstances")
     asleep_and_asked = cloudwatch.MathExpression(
         expression="IF(FILL(served, 0) < 1 AND FILL(refused, 0) > 0, 1, 0)",
         using_metrics={"served": in_service, "refused": no_target_503},

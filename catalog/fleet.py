@@ -21,6 +21,7 @@ class FleetSettings:
     image_pull_mib_s: float = 50.0  # ECR through the VPC endpoint, pull and extract, conservative
     planning_download_mib_s: float = 15.0  # worst case: one ModelScope stream, no S3 cache yet
     cache_upload_mib_s: float = 50.0  # the synchronous write-back of a fresh download to the S3 model cache
+    cache_read_mib_s: float = 50.0  # a later instance's read of the model from the S3 cache (a wake-up without a pool)
     model_load_s: int = 300  # start container + read the GGUF + warm up, with margin
     instance_start_s: int = 60  # EC2 start or launch to user data/units running (a planning figure, not measured)
     allowed_cidrs: tuple[str, ...] = ()  # who may call the internal ALB; empty: the VPC only
@@ -42,6 +43,11 @@ class FleetSettings:
     wake_on_request: bool = False
     longest_answer_tokens: int = 2048
     slowest_decode_tok_s: float = 4.56
+
+    @property
+    def sleeps(self) -> bool:
+        """The group is at zero at times: off hours, or no instance kept (min_capacity 0)."""
+        return self.min_capacity == 0 or self.off_hours is not None
 
     @property
     def drain_deadline_s(self) -> int:

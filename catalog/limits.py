@@ -54,6 +54,7 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "image_pull_mib_s": (0.1, 100_000, "MiB/s"),
         "planning_download_mib_s": (0.1, 100_000, "MiB/s"),
         "cache_upload_mib_s": (0.1, 100_000, "MiB/s"),
+        "cache_read_mib_s": (0.1, 100_000, "MiB/s"),
         "model_load_s": (1, 7200, "s"),
         "instance_start_s": (1, 7200, "s"),
         "max_azs": (1, 6, "zones"),

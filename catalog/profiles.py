@@ -84,7 +84,7 @@ class ServingProfile:
             "instance_start": f.instance_start_s,
             "packages": f.package_install_s,
             "image_pull": f.image_pull_gib * GIB / (f.image_pull_mib_s * mib),
-            "cache_read": self.model.size_bytes / (f.cache_upload_mib_s * mib),
+            "cache_read": self.model.size_bytes / (f.cache_read_mib_s * mib),
             "model_load": f.model_load_s,
         }
 

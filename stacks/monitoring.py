@@ -48,7 +48,7 @@ class ServiceMonitoring(Construct):
         super().__init__(scope, construct_id)
         tg = target_group.metrics
         healthy: _Metric = tg.healthy_host_count(period=Duration.minutes(1), statistic="Minimum")
-        if fleet.min_capacity == 0 or fleet.off_hours is not None:
+        if fleet.sleeps:
             # A group that sleeps has no healthy host by design: alarm only when instances are in service (past
             # their launch hook, so /health was 200) and none passes the load balancer's checks.
             healthy = cloudwatch.MathExpression(

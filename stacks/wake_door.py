@@ -9,6 +9,10 @@ EventBridge events, on a schedule and on every request it answers.
 Cost while asleep: one Lambda invocation per request and one per schedule tick (128 MB, well under a second),
 no instance hours. Holding a request until an instance is up is not built: a Lambda response through an ALB is
 buffered (1 MB at most) and cannot stream, so it would hold the client only to answer what Retry-After says now.
+
+Sources (docs.amazonaws.cn): Lambda functions as ALB targets, their event and response shapes and the 1 MB
+response limit: ELB User Guide for Application Load Balancers, "Lambda functions as targets"; a forward action's
+target group weight may be 0-999: Elastic Load Balancing API Reference, TargetGroupTuple.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ prereqs:
 
 ## demo: set up everything, then run the serving path locally (real llama-server, small model)
 demo: prereqs $(STAMP) node_modules/.installed llama-server
-	$(PY) -m launcher.local
+	$(PY) -m gguf_serve.local.demo
 
 # One pytest marker per tier (pyproject.toml); the opt-in tiers (arm64, cuda, rehearsal) are not part of `test`.
 ## test: set up everything, then run every tier CI runs: fast, e2e, fresh, images (the x86-64 image in Docker)
@@ -49,8 +49,8 @@ test-images-cuda: $(STAMP) node_modules/.installed image-sources
 	$(PY) -m pytest -m cuda
 
 synth: $(STAMP) node_modules/.installed image-sources
-	@$(PY) -m catalog check | grep 'NOT DEPLOYABLE' || true  # refused at synth until its model is locked
-	npx cdk synth --quiet $$($(PY) -m catalog stacks --deployable)
+	@$(PY) -m gguf_serve.catalog check | grep 'NOT DEPLOYABLE' || true  # refused at synth until its model is locked
+	npx cdk synth --quiet $$($(PY) -m gguf_serve.catalog stacks --deployable)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
@@ -62,11 +62,12 @@ llama-server: $(STAMP)
 image-sources: $(STAMP)
 	@PYTHON=$(PY) scripts/stage-image-sources.sh >/dev/null
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (see .python-version)"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.2
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $@
 
 # checkov's own pins conflict with the app's boto3: it gets a venv of its own, installed exactly as frozen.
@@ -78,7 +79,7 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 
 ## preflight: read-only checks of your AWS account before the first deploy (credentials for the region)
 preflight: $(STAMP) node_modules/.installed image-sources
-	$(PY) -m preflight
+	$(PY) -m gguf_serve.preflight
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund

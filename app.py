@@ -3,7 +3,7 @@
 
 import sys
 
-from catalog import ProfileError
+from gguf_serve.catalog import ProfileError
 from stacks.app import build_app
 
 try:

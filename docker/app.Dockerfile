@@ -1,4 +1,4 @@
-# The application layer, the same for every target: the runtime packages and their pure-Python dependencies
+# The application layer, the same for every target: the product's container code and its pure-Python dependencies
 # on top of a llama.cpp base image (docker/<target>.Dockerfile). The image stage has no RUN: it builds for any
 # architecture without emulation, and an application change rebuilds only these few megabytes. See docker/README.md.
 ARG LLAMA_BASE=gguf-serve/llama-base
@@ -8,18 +8,16 @@ ARG CHECK_IMAGE=gguf-serve-root/runtime:amd64
 FROM ${LLAMA_BASE} AS image
 # Unpacked from the staged wheels (docker/requirements-image.txt) by docker/build-image.sh.
 COPY site /opt/gguf-serve/site
-COPY runtime /opt/gguf-serve/runtime
-COPY modelfetch /opt/gguf-serve/modelfetch
-COPY launcher /opt/gguf-serve/launcher
-COPY fleetmetrics /opt/gguf-serve/fleetmetrics
-COPY latencyproxy /opt/gguf-serve/latencyproxy
+# What the image runs: the product package's container folder, whole (stacks/image_inputs.py IMAGE_CODE).
+COPY gguf_serve/__init__.py /opt/gguf-serve/gguf_serve/__init__.py
+COPY gguf_serve/container /opt/gguf-serve/gguf_serve/container
 ENV PYTHONPATH=/opt/gguf-serve:/opt/gguf-serve/site PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /opt/gguf-serve
 EXPOSE 8080
 # A 22 GB model takes minutes to load: /health answers 503 until then.
-HEALTHCHECK --interval=15s --timeout=5s --start-period=900s --retries=3 CMD ["python3", "-m", "launcher", "health"]
-ENTRYPOINT ["python3", "-m", "launcher"]
+HEALTHCHECK --interval=15s --timeout=5s --start-period=900s --retries=3 CMD ["python3", "-m", "gguf_serve.container.launch", "health"]
+ENTRYPOINT ["python3", "-m", "gguf_serve.container.launch"]
 CMD ["serve"]
 
 # The build's last step (docker/build-image.sh builds this stage, then the image): every entry point imports,
@@ -46,7 +44,8 @@ RUN py=$(python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2])') \
 # CUDA base links it; the CPU bases do not, so allowing it changes nothing for them).
 RUN python3 /usr/local/bin/selfcheck /check --no-elf --allow-missing libcuda.so.1 \
       --pythonpath /opt/gguf-serve:/opt/gguf-serve/site \
-      --import launcher.cli --import modelfetch.cli --import fleetmetrics.cli --import latencyproxy.cli \
+      --import gguf_serve.container.launch.cli --import gguf_serve.container.fetch.cli \
+      --import gguf_serve.container.metrics.cli --import gguf_serve.container.hop.cli \
       --import boto3
 
 # What runs: the image stage and the bytecode the check stage compiled (no RUN here either).

@@ -10,13 +10,13 @@ cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gguf-serve}"
 python="${PYTHON:-python3}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # A native build is built for this CPU: its flags, minus AMX where cpuid promises AMX that a probe cannot
-# execute (launcher/cpu.py). The cache key covers the CPU's flags, the probe's result, the compiler and the
+# execute (gguf_serve/container/launch/cpu.py). The cache key covers the CPU's flags, the probe's result, the compiler and the
 # configure flags, so a cache carried to another CPU is rebuilt, never run into SIGILL or SIGSEGV.
 cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF)
-cflags=$("$python" "$root/launcher/cpu.py" build-flags 2>/dev/null)
+cflags=$("$python" "$root/gguf_serve/container/launch/cpu.py" build-flags 2>/dev/null)
 compiler=$(c++ --version 2>/dev/null | head -n 1 || echo none)
-tag=$("$python" "$root/launcher/cpu.py" cache-tag "$sha256 ${cmake_flags[*]} $cflags $compiler")
+tag=$("$python" "$root/gguf_serve/container/launch/cpu.py" cache-tag "$sha256 ${cmake_flags[*]} $cflags $compiler")
 dest="$cache_root/llama-server-$version-$(uname -m)-$tag"
 binary="$dest/bin/llama-server"
 
@@ -38,7 +38,7 @@ fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "building llama-server from llama-cpp-python==$version (first run only, 5-10 min on 2 cores)" >&2
-"$python" "$root/launcher/cpu.py" describe >&2
+"$python" "$root/gguf_serve/container/launch/cpu.py" describe >&2
 sdist="$work/llama_cpp_python-$version.tar.gz"
 staged="$cache_root/image-sources/llama_cpp_python-$version.tar.gz" # `make image-sources` may have it already
 if echo "$sha256  $staged" | sha256sum -c --quiet - >/dev/null 2>&1; then

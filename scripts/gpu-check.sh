@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # What needs an NVIDIA GPU and could not run where this was built: run it on a Linux machine with a GPU, the
 # driver and (for step 3) CUDA's nvcc. Prints one line per check and a summary; exit 1 if any check failed.
-#   1. nvidia-smi answers the query latencyproxy makes, and the hop exports GPU memory and temperature
+#   1. nvidia-smi answers the query the hop makes, and the hop exports GPU memory and temperature
 #   2. llama-server built with CUDA from the same pinned sdist serves the small Gemma GGUF with every layer on
 #      the GPU, through the hop; the guide's smoke prompts run (`bench smoke`) and the hop's histograms fill
 #   3. optional (GPU_CHECK_IMAGE=1): the CUDA serving image the GpuMtpStack deploys, by its content tag: the one
 #      tests/images/test_cuda_image.py built here, else built now with docker/build-image.sh exactly as CodeBuild
 #      builds it (Debian non-free's CUDA 12.4 from DEBIAN_MIRROR, default deb.debian.org); then its llama-server
 #      serves the Gemma GGUF on the GPU (--gpus all, every layer offloaded)
-#   4. `python -m workstation up --native` with that CUDA llama-server: the Gemma GGUF on the GPU through the hop
+#   4. `gguf-serve-workstation up --native` with that CUDA llama-server: the Gemma GGUF on the GPU through the hop
 # Usage: scripts/gpu-check.sh   (from the checkout, after `make .venv/.installed` or `make demo`)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -20,7 +20,7 @@ fail() { echo "FAIL $*"; failed=1; }
 
 # 1. the driver's view, through the hop's own reader
 if nvidia-smi --query-gpu=index,memory.used,memory.total,temperature.gpu,utilization.gpu --format=csv,noheader,nounits; then
-  if "$py" -c 'from latencyproxy.gpu import GpuReader; t = GpuReader().exposition(); print(t); assert "gguf_serve_gpu_temperature_celsius" in t and "gguf_serve_gpu_memory_total_bytes" in t'; then
+  if "$py" -c 'from gguf_serve.container.hop.gpu import GpuReader; t = GpuReader().exposition(); print(t); assert "gguf_serve_gpu_temperature_celsius" in t and "gguf_serve_gpu_memory_total_bytes" in t'; then
     pass "GPU gauges from nvidia-smi"
   else
     fail "GPU gauges from nvidia-smi"
@@ -47,10 +47,10 @@ if [[ -x $bin && -f $model ]]; then
   key=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
   LLAMA_API_KEY=$key "$bin" -m "$model" --host 127.0.0.1 --port 18081 -c 4096 -np 1 -ngl 999 --metrics >/tmp/gpu-check-server.log 2>&1 &
   server=$!
-  "$py" -m latencyproxy --listen 127.0.0.1:18080 --upstream http://127.0.0.1:18081 >/tmp/gpu-check-hop.log 2>&1 &
+  "$py" -m gguf_serve.container.hop --listen 127.0.0.1:18080 --upstream http://127.0.0.1:18081 >/tmp/gpu-check-hop.log 2>&1 &
   hop=$!
   for _ in $(seq 120); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 1; done
-  if "$py" -m bench smoke --endpoint http://127.0.0.1:18080 --api-key "$key" --label "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"; then
+  if "$py" -m gguf_serve.local.bench smoke --endpoint http://127.0.0.1:18080 --api-key "$key" --label "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"; then
     pass "CUDA llama-server through the hop: bench smoke"
   else
     fail "CUDA llama-server through the hop (logs /tmp/gpu-check-*.log)"
@@ -75,7 +75,7 @@ fi
 
 # 3. the CUDA serving image (opt-in: the build compiles llama.cpp with nvcc, long on a small machine)
 if [[ ${GPU_CHECK_IMAGE:-0} == 1 ]]; then
-  read -r base_tag image_tag < <("$py" -c 'from catalog.images import IMAGE_TARGETS as T
+  read -r base_tag image_tag < <("$py" -c 'from gguf_serve.catalog.images import IMAGE_TARGETS as T
 from stacks.image_build import app_key, base_key
 b = f"base-cuda-{base_key(T[\"cuda\"], {})}"
 print(b, f"cuda-{app_key(b, {})}")')
@@ -85,7 +85,7 @@ print(b, f"cuda-{app_key(b, {})}")')
       SOURCES_DIR="$cache/image-sources" DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
       REPOSITORY_NAME="" docker/build-image.sh; then
     pass "CUDA image $image"
-    docker tag "$image" gguf-serve:cuda-local # the workstation's default image (workstation/compose.py)
+    docker tag "$image" gguf-serve:cuda-local # the workstation's default image (gguf_serve/local/workstation/compose.py)
     docker rm -f gpu-check-image >/dev/null 2>&1
     docker run -d --name gpu-check-image --gpus all -v "$model:/models/gemma.gguf:ro" -p 127.0.0.1:18082:18082 \
       --entrypoint llama-server "$image" -m /models/gemma.gguf --host 0.0.0.0 --port 18082 -c 4096 -ngl 999 >/dev/null
@@ -112,18 +112,18 @@ if [[ -x $bin && -f $model ]] && command -v prometheus >/dev/null; then
   printf 'workstation = "this-gpu"\nmodel = "Gemma-3-270M"\n[server]\nctx_per_slot = 2048\nparallel = 1\ncache_ram_mib = 256\n' >"$ws/profiles/workstation/gemma.toml"
   mkdir -p "$ws/hub/local/gemma-3-270m-GGUF"
   cp "$model" "$ws/hub/local/gemma-3-270m-GGUF/gemma-3-270m-q4_k_m.gguf"
-  "$py" -m localscope --root "$ws/hub" --port 18733 >/tmp/gpu-check-hub.log 2>&1 &
+  "$py" -m gguf_serve.local.hub --root "$ws/hub" --port 18733 >/tmp/gpu-check-hub.log 2>&1 &
   hub=$!
-  "$py" -m workstation --profiles "$ws/profiles" up gemma --native --endpoint http://127.0.0.1:18733 \
+  "$py" -m gguf_serve.local.workstation --profiles "$ws/profiles" up gemma --native --endpoint http://127.0.0.1:18733 \
     --work-dir "$ws/work" --port 18090 --prometheus-port 18091 --llama-server "$bin" --skip-gpu-check \
     --health-timeout 300 >/tmp/gpu-check-workstation.log 2>&1 &
   up=$!
   for _ in $(seq 300); do grep -q 'workstation: ready' /tmp/gpu-check-workstation.log && break; sleep 1; done
-  if "$py" -m bench smoke --endpoint http://127.0.0.1:18090 --api-key "$(cat "$ws/work/config/api-key")" --label workstation &&
+  if "$py" -m gguf_serve.local.bench smoke --endpoint http://127.0.0.1:18090 --api-key "$(cat "$ws/work/config/api-key")" --label workstation &&
     grep -q "offloaded .*layers to GPU" "$ws/work/logs/llama-server.log"; then
-    pass "python -m workstation up --native on the GPU"
+    pass "gguf-serve-workstation up --native on the GPU"
   else
-    fail "python -m workstation up --native (logs /tmp/gpu-check-workstation.log, $ws/work/logs)"
+    fail "gguf-serve-workstation up --native (logs /tmp/gpu-check-workstation.log, $ws/work/logs)"
   fi
   kill "$up" "$hub"
   wait "$up" "$hub" 2>/dev/null
@@ -131,8 +131,8 @@ else
   fail "workstation up --native (needs step 2's CUDA llama-server and prometheus: apt-get install prometheus)"
 fi
 if [[ ${GPU_CHECK_IMAGE:-0} == 1 ]]; then
-  "$py" -m workstation check
-  echo "gpu-check: for the Compose path run: $py -m workstation up <profile of your card> (GGUF_SERVE_IMAGE=gguf-serve:cuda-local)"
+  "$py" -m gguf_serve.local.workstation check
+  echo "gpu-check: for the Compose path run: $py -m gguf_serve.local.workstation up <profile of your card> (GGUF_SERVE_IMAGE=gguf-serve:cuda-local)"
 fi
 echo "gpu-check: $([[ $failed == 0 ]] && echo all passed || echo FAILED)"
 exit "$failed"

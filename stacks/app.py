@@ -4,8 +4,8 @@
 the tests see the same options, feature flags and policy-validation plugins (cdk-nag) as the CLI.
 
 The one network read: a stack's model with no lock from ModelScope's listing is locked on first synth and written
-to the lock file, as the CDK keeps a context lookup in cdk.context.json (catalog/lookup.py says which stacks and
-why). With every model listing-locked, synth opens no socket.
+to the lock file, as the CDK keeps a context lookup in cdk.context.json (gguf_serve/catalog/lookup.py says which
+stacks and why). With every model listing-locked, synth opens no socket.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from catalog import ProfileError, ServingProfile
-from catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
-from catalog.lookup import resolve_locks, stack_models
-from catalog.profiles import deploy_refusal
+from gguf_serve.catalog import ProfileError, ServingProfile
+from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
+from gguf_serve.catalog.lookup import resolve_locks, stack_models
+from gguf_serve.catalog.profiles import deploy_refusal
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
@@ -87,7 +87,7 @@ def build_app(
             )
         why = resolution.refused.get(model)
         if not why and profile is None:
-            why = f"model {model} has no entry in {lock_file}; run `python -m catalog lock {model}`"
+            why = f"model {model} has no entry in {lock_file}; run `gguf-serve-catalog lock {model}`"
         refusal = f"{stack_name}: {why}" if why else deploy_refusal(profile) if profile else None
         if refusal and refusals is not None:
             refusals[stack_name] = refusal

@@ -14,11 +14,11 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from catalog.errors import ProfileError
-from catalog.fleet import FleetSettings
-from catalog.hardware import Hardware
-from fleetmetrics import names
-from runtime.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.hardware import Hardware
+from gguf_serve.container.metrics import names
+from gguf_serve.container.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
 from userdata.render import BootSettings, DeploySettings, InstanceSpec, release_id, render_user_data

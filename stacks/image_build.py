@@ -31,9 +31,9 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
-from catalog.errors import ProfileError
-from catalog.hardware import Architecture
-from catalog.images import (
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.hardware import Architecture
+from gguf_serve.catalog.images import (
     APP_DOCKERFILE,
     ARM64_BUILDERS,
     BUILD_POLL_INTERVAL_S,
@@ -44,13 +44,13 @@ from catalog.images import (
     ImageTarget,
 )
 from stacks.image_checks import ECR_IMAGE, check_build_args, check_debian_mirror
-from stacks.image_inputs import APP_PACKAGES, CONTEXT_EXCLUDE, ROOT, app_files, app_key, base_key
+from stacks.image_inputs import CONTEXT_EXCLUDE, IMAGE_CODE, ROOT, app_files, app_key, base_key
 from stacks.nag import acknowledge, arn_of
 from stacks.staged_sources import check_staged_sources, default_sources_dir, pinned_sources
 
 # The image's inputs, for the scripts and image tests that read them from here (scripts/gpu-check.sh, tests/images).
 __all__ = [
-    "APP_PACKAGES",
+    "IMAGE_CODE",
     "ROOT",
     "ImageBuild",
     "app_files",
@@ -96,13 +96,13 @@ class ImageBuild(Construct):
         debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
     ) -> None:
         """
-        target: the image target (catalog.images.IMAGE_TARGETS).
+        target: the image target (gguf_serve.catalog.images.IMAGE_TARGETS).
         build_args: NAME=value Docker build arguments (-c imageBuildArgs), checked here; default none.
         sources_dir: the staged llama.cpp sdist, wheels and debootstrap; default default_sources_dir().
         arm64_builder: "cross" (x86 CodeBuild with a cross compiler, offered wherever CodeBuild is) or "native"
             (CodeBuild ARM_CONTAINER, where the region offers it); default "cross". Ignored for x86 targets.
         debian_mirror: the Debian mirror the roots are bootstrapped from (http or https); default
-            catalog.images.DEFAULT_DEBIAN_MIRROR.
+            gguf_serve.catalog.images.DEFAULT_DEBIAN_MIRROR.
         """
         if arm64_builder not in ARM64_BUILDERS:
             raise ProfileError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from catalog.errors import ProfileError
-from catalog.images import APP_DOCKERFILE, DEFAULT_DEBIAN_MIRROR, ImageTarget
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.images import APP_DOCKERFILE, DEFAULT_DEBIAN_MIRROR, ImageTarget
 from stacks.image_inputs import declared_build_args
 
 # Build arguments the build script sets itself, never a user.

@@ -12,19 +12,22 @@ import json
 import re
 from pathlib import Path
 
-from catalog.images import APP_DOCKERFILE, ImageTarget
+from gguf_serve.catalog.images import APP_DOCKERFILE, ImageTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
-# The source asset: Dockerfiles and build scripts, and the packages that run inside the container.
-# The catalog is not among them: the container needs the runtime spec, the server flags and the shared names
-# only (the `runtime` package), so editing a profile, a price or a description rebuilds nothing.
-APP_PACKAGES = ("runtime", "modelfetch", "launcher", "fleetmetrics", "latencyproxy")
-BUILD_CONTEXT = ("docker", *APP_PACKAGES)
+# The source asset: Dockerfiles and build scripts, and what the image runs: the product package's `container`
+# folder, copied whole, with the package's face that importing it reads. Nothing else of gguf_serve/ (the catalog,
+# the pre-flight, the local tools) enters the image, so editing a profile, a price or a description rebuilds nothing.
+PACKAGE = "gguf_serve"
+IMAGE_CODE = (f"{PACKAGE}/__init__.py", f"{PACKAGE}/container")
 # Anchored patterns: "*" alone would also match every file inside the re-included folders (an empty asset).
 CONTEXT_EXCLUDE = [
     "/*",
-    *(f"!/{d}/" for d in BUILD_CONTEXT),
+    "!/docker/",
+    f"!/{PACKAGE}/",
+    f"/{PACKAGE}/*",
+    *(f"!/{path}" + ("/" if not path.endswith(".py") else "") for path in IMAGE_CODE),
     "__pycache__/",
     "*.pyc",
 ]
@@ -60,8 +63,10 @@ def base_key(target: ImageTarget, args: dict[str, str], root: Path = ROOT) -> st
 
 
 def app_files(root: Path = ROOT) -> list[Path]:
-    """The files the application layer copies: the runtime packages, whole."""
-    return [path for package in APP_PACKAGES for path in _files(root / package)]
+    """The files the application layer copies: the container folder, whole, and the package's face."""
+    return [
+        path for entry in IMAGE_CODE for path in ([root / entry] if entry.endswith(".py") else _files(root / entry))
+    ]
 
 
 def app_key(base_tag: str, args: dict[str, str], root: Path = ROOT) -> str:

@@ -10,7 +10,7 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from catalog.errors import ProfileError
+from gguf_serve.catalog.errors import ProfileError
 
 MAX_IDLE_TIMEOUT_S = 4000  # ALB idle_timeout: 1-4000 seconds (ELBv2 API Reference, LoadBalancerAttribute)
 MAX_DEREGISTRATION_DELAY_S = 3600  # target group deregistration_delay: 0-3600 seconds

@@ -10,13 +10,14 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from constructs import Construct
 
-from catalog.fleet import FleetSettings
-from fleetmetrics import names
+from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.container.metrics import names
 from stacks.scaling import group_metric, group_size
 
 FIVE_MIN = Duration.minutes(5)
 # P95 time to first token that pages: a GPU answers a 2k-token prompt in about a second; the CPU stacks take tens
-# of seconds for long prompts, so their threshold is wider. Same shape as observability/rules/alerts.yml.
+# of seconds for long prompts, so their threshold is wider. Same shape as
+# gguf_serve/local/workstation/observability/rules/alerts.yml.
 TTFT_P95_ALARM_S = {"gpu": 10.0, "cpu": 30.0}
 _Metric = cloudwatch.Metric | cloudwatch.MathExpression
 
@@ -66,7 +67,8 @@ class ServiceMonitoring(Construct):
             period=FIVE_MIN,
         )
         deferred = group_metric(asg, names.REQUESTS_DEFERRED, "Maximum")
-        # The hop's drain (latencyproxy/drain.py) puts one datum per drain; no drain, no data (not breaching).
+        # The hop's drain (gguf_serve/container/hop/drain.py) puts one datum per drain; no drain, no data (not
+        # breaching).
         cut = group_metric(asg, names.DRAIN_STREAMS_CUT, "Sum").with_(period=FIVE_MIN)
         self._alarms(
             name=name, fleet=fleet, has_gpu=has_gpu, asg=asg, healthy=healthy, error_rate=error_rate,

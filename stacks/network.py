@@ -9,7 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from catalog.errors import ProfileError
+from gguf_serve.catalog.errors import ProfileError
 
 _INTERFACE_ENDPOINTS = {
     "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
@@ -28,7 +28,7 @@ class ServingNetwork(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, cidr: str, max_azs: int, nat_gateways: int) -> None:
         """
-        cidr: the VPC's IPv4 range (fleet.vpc_cidr), a /16 to /24 (catalog.limits); default profiles use a /16.
+        cidr: the VPC's IPv4 range (fleet.vpc_cidr), a /16 to /24 (catalog limits); default profiles use a /16.
         max_azs: zones to spread over (fleet.max_azs), 1-6.
         nat_gateways: NAT gateways for the model download at boot (fleet.nat_gateways), 0 to max_azs.
         """

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from catalog import ProfileError
-from catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
+from gguf_serve.catalog import ProfileError
+from gguf_serve.catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
 
 DEPLOY_CONFIG = Path(__file__).resolve().parent.parent / "deploy.toml"
 

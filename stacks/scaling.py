@@ -11,8 +11,8 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from constructs import Construct
 
-from catalog.fleet import FleetSettings
-from fleetmetrics import names
+from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.container.metrics import names
 
 
 def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:

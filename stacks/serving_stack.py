@@ -7,9 +7,9 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from catalog import ServingProfile
-from catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
-from fleetmetrics import names
+from gguf_serve.catalog import ServingProfile
+from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
+from gguf_serve.container.metrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements

@@ -11,8 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from runtime import names
-from runtime.digest import sha256_file
+from gguf_serve.container import names
+from gguf_serve.container.digest import sha256_file
 from stacks.image_inputs import DOCKER
 
 

@@ -29,8 +29,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from catalog.errors import ProfileError
-from runtime.names import PRODUCT
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.container.names import PRODUCT
 from stacks.nag import acknowledge
 
 HANDLER = Path(__file__).parent / "handlers" / "wake_door.py"
@@ -66,7 +66,7 @@ class WakeDoor(Construct):
         if not 1 <= wake_s <= MAX_RETRY_AFTER_S:
             raise ProfileError(
                 f"WakeDoor: a wake-up of {wake_s} s is outside 1-{MAX_RETRY_AFTER_S} s; check the profile's boot "
-                "plan (catalog/fleet.py) or leave wakeOnRequest off"
+                "plan (gguf_serve/catalog/fleet.py) or leave wakeOnRequest off"
             )
         super().__init__(scope, construct_id)
         self.function = lambda_.Function(

@@ -1,6 +1,6 @@
 """The committed catalog (profiles/), loaded once for the tests that read it: tests are an entry point too.
 
-The library keeps no default catalog (catalog.loader loads, callers pass a `Catalog`); these names are the
+The library keeps no default catalog (gguf_serve.catalog.loader loads, callers pass a `Catalog`); these names are the
 tests' own shorthand for that one load.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from catalog import Catalog, ServingProfile, load_catalog
-from catalog import local as _local
-from catalog import profiles as _profiles
+from gguf_serve.catalog import Catalog, ServingProfile, load_catalog
+from gguf_serve.catalog import local as _local
+from gguf_serve.catalog import profiles as _profiles
 
 CATALOG: Catalog = load_catalog()
 HARDWARE = CATALOG.hardware

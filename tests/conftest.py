@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stacks  # noqa: F401 - loaded before any test module imports aws_cdk: it silences jsii's Node banner
+from gguf_serve.local.hub import LocalScope  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # The test tiers, one registered marker each (pyproject.toml); a test without one is `fast`.
@@ -27,8 +31,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def cdk_context() -> dict:
     """The context `cdk synth` sees: cdk.json flags plus pinned cdk.context.json (pytest's App reads neither),
-    with the tests' model lock, in which synth's own lookup locked the 27B from localscope (tests/catalog/stand_in.py),
-    and no further lookups: no test reaches for ModelScope (tests/stacks/test_first_synth_lock.py does, on purpose)."""
+    with the tests' model lock, in which synth's own lookup locked the 27B from the local hub
+    (tests/catalog/stand_in.py), and no further lookups: no test reaches for ModelScope
+    (tests/stacks/test_first_synth_lock.py does, on purpose)."""
     from stacks.app import MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT, cli_context
 
     return {**cli_context(), MODEL_LOCK_CONTEXT: str(_pinned_lock()), MODEL_LOOKUP_CONTEXT: "false"}
@@ -43,10 +48,34 @@ def _pinned_lock() -> Path:
     return stand_in_lock(Path(tempfile.mkdtemp(prefix="model-lock-")))
 
 
+SMALL_REPO = "test/small-GGUF"
+SMALL_FILE = "small.bin"
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[LocalScope]:
+    """A fresh local ModelScope (no faults) serving tmp_path/hub/<owner>/<repo>/<files>."""
+    root = tmp_path / "hub"
+    root.mkdir()
+    with LocalScope(root) as scope:
+        yield scope
+
+
+@pytest.fixture
+def small_file(hub: LocalScope) -> tuple[Path, str]:
+    """A 5 MiB random file in the hub (repo test/small-GGUF); returns (path, sha256)."""
+    d = hub.root / SMALL_REPO
+    d.mkdir(parents=True)
+    data = random.Random(3).randbytes(5 * 1024 * 1024 + 123)
+    p = d / SMALL_FILE
+    p.write_bytes(data)
+    return p, hashlib.sha256(data).hexdigest()
+
+
 @pytest.fixture(scope="session")
 def llama_server_binary() -> Path:
     """A real llama-server, built once from the pinned PyPI sdist and cached outside the checkout."""
-    from launcher.local import llama_server_binary as build
+    from gguf_serve.local.demo import llama_server_binary as build
 
     path = build()  # the build script's progress and errors go to stderr, which pytest shows on failure
     assert path.is_file(), path
@@ -64,13 +93,13 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def serving_process(llama_server_binary: Path, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One real llama-server for the session, started through `python -m launcher serve` with the local profile.
+    """One real llama-server for the session, started through `gguf-serve-launch serve` with the local profile.
 
     Yields the launcher's ServerProcess; its `statuses` holds every /health answer seen from process start.
     """
     import secrets
 
-    from launcher.process import free_port, start_server
+    from gguf_serve.local.process import free_port, start_server
     from tests.committed import local_profile
 
     server = start_server(

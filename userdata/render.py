@@ -10,9 +10,9 @@ from typing import Any
 
 import jinja2
 
-from catalog import ServingProfile
-from launcher.preflight import EX_CONFIG
-from runtime import names
+from gguf_serve.catalog import ServingProfile
+from gguf_serve.container import names
+from gguf_serve.container.launch.preflight import EX_CONFIG
 
 USER_DATA_LIMIT = 16 * 1024  # EC2 rejects larger raw user data
 TEMPLATE = "boot.sh.j2"

@@ -1,22 +1,22 @@
 """TEST DATA: a model lock whose Qwen3.6-27B entry synth's own lookup wrote against localscope.
 
-The real 27B MTP file cannot be read here (no route to ModelScope), so localscope serves a stand-in under its
-repo and file name: the tiny random qwen35 GGUF with one MTP layer (rehearsal/tiny_mtp.py), extended with zeros
+The real 27B MTP file cannot be read here (no route to ModelScope), so the local hub serves a stand-in under its
+repo and file name: the tiny random qwen35 GGUF with one MTP layer (tests/rehearsal/tiny_mtp.py), extended with zeros
 (a sparse file, no disk used) to the catalog's planning size of the 27B, so that the stacks keep the volume and
 boot budget they plan for the real file. Its sha256 is the real hash of those bytes, computed once (about a
-minute) and kept beside it for localscope. The lock is written by catalog.lookup.resolve_locks, the function
+minute) and kept beside it for localscope. The lock is written by gguf_serve.catalog.lookup.resolve_locks, the function
 `cdk synth` runs for an unlocked model, reading the listing and the header over loopback exactly as it would
 ModelScope's. Tests synthesize with it (`-c modelLock=<file>`, lookups off so no test reaches for a hub); the
-committed lock stays typed until someone with ModelScope access synthesizes or runs `python -m catalog lock`.
+committed lock stays typed until someone with ModelScope access synthesizes or runs `gguf-serve-catalog lock`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from catalog.lockfile import read_lock
-from localscope.server import LocalScope
-from runtime.digest import sha256_file
+from gguf_serve.catalog.lockfile import read_lock
+from gguf_serve.container.digest import sha256_file
+from gguf_serve.local.hub.server import LocalScope
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 REPO, FILE = "unsloth/Qwen3.6-27B-MTP-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"
@@ -26,7 +26,7 @@ def stand_in_gguf() -> Path:
     """The stand-in file (cached outside the checkout) with its `<file>.sha256` beside it."""
     import os
 
-    from rehearsal.tiny_mtp import write
+    from tests.rehearsal.tiny_mtp import write
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gguf-serve" / "test-data"
     size = read_lock(ROOT / "profiles" / "models.lock.toml")["Qwen3.6-27B"].size_bytes
@@ -46,7 +46,7 @@ def stand_in_lock(folder: Path) -> Path:
     """The committed lock, copied to `folder`, after synth's lookup locked the 27B from localscope."""
     import shutil
 
-    from catalog.lookup import resolve_locks
+    from gguf_serve.catalog.lookup import resolve_locks
 
     gguf = stand_in_gguf()
     lock = folder / "models.lock.toml"

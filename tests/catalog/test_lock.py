@@ -1,4 +1,4 @@
-"""The lock step against localscope over real loopback sockets, with real GGUF files: a few MB read, never the file."""
+"""The lock step against the local hub over real loopback sockets, with real GGUF files: a few MB read, not the file."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from catalog import model_facts
-from catalog.lock import lock_model
-from catalog.lockfile import read_lock
-from localscope.server import LocalScope
-from runtime.server import ServerSettings, Speculative
+from gguf_serve.catalog import model_facts
+from gguf_serve.catalog.lock import lock_model
+from gguf_serve.catalog.lockfile import read_lock
+from gguf_serve.container.server import ServerSettings, Speculative
+from gguf_serve.local.hub.server import LocalScope
 from tests.catalog.stand_in import ROOT
 from tests.committed import build_profile
 
@@ -22,8 +22,18 @@ GEMMA_REPO, GEMMA_FILE = "local/gemma-3-270m-GGUF", "gemma-3-270m-q4_k_m.gguf"
 
 
 def lock_command(profiles: Path, target: str, endpoint: str) -> subprocess.CompletedProcess:
-    """`python -m catalog lock` as a user runs it, on a copy of the profile folder."""
-    cmd = [sys.executable, "-m", "catalog", "--profiles", str(profiles), "lock", target, "--endpoint", endpoint]
+    """`gguf-serve-catalog lock` as a user runs it, on a copy of the profile folder."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "gguf_serve.catalog",
+        "--profiles",
+        str(profiles),
+        "lock",
+        target,
+        "--endpoint",
+        endpoint,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
@@ -52,7 +62,7 @@ def test_lock_command_pins_gemma_from_listing_and_ranged_header(gemma_gguf: Path
 
 
 def test_lock_reads_mtp_layers_and_hybrid_state_from_a_qwen35_header(tmp_path: Path):
-    from rehearsal import tiny_mtp
+    from tests.rehearsal import tiny_mtp
 
     gguf = tiny_mtp.write(tmp_path / "tiny.gguf")
     with LocalScope() as hub:
@@ -113,7 +123,7 @@ def _headless_gguf(path: Path, keys: int = 2000) -> Path:
 
 
 def _tiny_mtp(tmp_path: Path) -> Path:
-    from rehearsal import tiny_mtp
+    from tests.rehearsal import tiny_mtp
 
     return tiny_mtp.write(tmp_path / "tiny.gguf")
 
@@ -136,7 +146,7 @@ def test_a_failed_lock_writes_nothing(profiles: Path, tmp_path: Path):
 
 
 def test_a_size_no_volume_can_hold_is_refused_at_lock_time(profiles: Path, tmp_path: Path):
-    from localscope.server import Faults
+    from gguf_serve.local.hub.server import Faults
 
     before = (profiles / "models.lock.toml").read_bytes()
     with LocalScope(faults=Faults(listed_sizes={TINY_FILE: 2**60})) as hub:
@@ -149,9 +159,9 @@ def test_a_size_no_volume_can_hold_is_refused_at_lock_time(profiles: Path, tmp_p
 
 
 def test_a_trickling_hub_ends_the_lock_in_one_line(tmp_path: Path):
-    from catalog.lock import HubUnreachable
-    from localscope.server import Faults
-    from modelfetch.pace import RatePolicy
+    from gguf_serve.catalog.lock import HubUnreachable
+    from gguf_serve.container.fetch.pace import RatePolicy
+    from gguf_serve.local.hub.server import Faults
 
     rate = RatePolicy(min_bps=64 * 1024, window_s=1.0, idle_s=5.0, headers_s=5.0)  # the default window is 30 s
     with LocalScope(faults=Faults(trickle_every_s=0.01)) as hub:
@@ -164,7 +174,7 @@ def test_a_trickling_hub_ends_the_lock_in_one_line(tmp_path: Path):
 
 def test_the_lock_records_the_host_that_served_the_bytes(tmp_path: Path):
     """The hub answers the download with a 302 to storage on another host, as ModelScope does."""
-    from localscope.server import Faults
+    from gguf_serve.local.hub.server import Faults
 
     gguf = _tiny_mtp(tmp_path)
     with LocalScope() as storage, LocalScope(faults=Faults(redirect_to=None)) as hub:
@@ -178,8 +188,8 @@ def test_the_lock_records_the_host_that_served_the_bytes(tmp_path: Path):
 
 
 def test_a_redirect_to_a_host_that_is_down_ends_in_one_line(tmp_path: Path):
-    from catalog.lock import HubUnreachable
-    from localscope.server import Faults
+    from gguf_serve.catalog.lock import HubUnreachable
+    from gguf_serve.local.hub.server import Faults
 
     with LocalScope(faults=Faults(redirect_to="http://127.0.0.1:9")) as hub:
         hub.add_file(TINY_REPO, TINY_FILE, _tiny_mtp(tmp_path))

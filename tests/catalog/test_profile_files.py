@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog import ProfileError
-from catalog.loader import load_catalog
-from catalog.profiles import deploy_refusal
+from gguf_serve.catalog import ProfileError
+from gguf_serve.catalog.loader import load_catalog
+from gguf_serve.catalog.profiles import deploy_refusal
 from tests.catalog.stand_in import ROOT
 from tests.committed import PROFILES
 
@@ -44,7 +44,7 @@ def test_the_reports_profiles_and_the_headroom_profile_ship_as_data():
 def test_only_the_unpinned_27b_is_refused_for_deploy():
     refused = {p.stack_name: deploy_refusal(p) for p in PROFILES.values()}
     assert [s for s, why in refused.items() if why] == ["GpuMtpStack"]
-    assert "run `python -m catalog lock Qwen3.6-27B`" in refused["GpuMtpStack"]
+    assert "run `gguf-serve-catalog lock Qwen3.6-27B`" in refused["GpuMtpStack"]
 
 
 def test_a_new_profile_is_a_file(profiles: Path):
@@ -81,10 +81,10 @@ def test_a_new_profile_is_a_file(profiles: Path):
          r'instance."c8g.4xlarge": memory_gib must be a number, got \'32 GiB\''),
         ("models.toml", 'file = "Qwen3.6-27B-Q4_K_M.gguf"', 'file = "Qwen3.6-27B-Q8_0.gguf"',
          r"models.lock.toml: 'Qwen3.6-27B' was locked for .*Q4_K_M.gguf@master but .*Q8_0.gguf@master; "
-         r"run `python -m catalog lock Qwen3.6-27B`"),
+         r"run `gguf-serve-catalog lock Qwen3.6-27B`"),
         ("models.toml", "total_params_b = 35", "total_params = 35", r"models.toml: \"Qwen3.6-35B-A3B\": unknown key"),
         ("serving/gpu-mtp.toml", '"Qwen3.6-27B"', '"Qwen3.6-9B"',
-         r"model 'Qwen3.6-9B' is not locked: declare it in profiles/models.toml and run `python -m catalog lock"),
+         r"model 'Qwen3.6-9B' is not locked: declare it in profiles/models.toml and run `gguf-serve-catalog lock"),
         ("serving/intel-moe.toml", '"IntelMoeStack"', '"GravitonMoeStack"', r"stack 'GravitonMoeStack' is already"),
     ],
 )  # fmt: skip
@@ -146,7 +146,7 @@ def test_every_number_a_profile_file_sets_has_a_range():
     import typing
     from dataclasses import fields
 
-    from catalog.limits import RANGES
+    from gguf_serve.catalog.limits import RANGES
 
     for cls, ranges in RANGES.items():
         hints = typing.get_type_hints(cls)
@@ -164,12 +164,12 @@ def _leaf_types(hint):
 
 
 def test_check_command_validates_and_names_what_will_not_deploy(profiles: Path):
-    ok = subprocess.run([sys.executable, "-m", "catalog", "--profiles", str(profiles), "check"],
+    ok = subprocess.run([sys.executable, "-m", "gguf_serve.catalog", "--profiles", str(profiles), "check"],
                         capture_output=True, text=True, cwd=ROOT, timeout=60)  # fmt: skip
     assert ok.returncode == 0 and "4 profiles valid" in ok.stdout
     assert re.search(r"gpu-mtp: GpuMtpStack .*\n.*\n  NOT DEPLOYABLE: Qwen3.6-27B has no pinned sha256", ok.stdout)
     edit(profiles / "serving" / "graviton-moe.toml", "parallel = 2", "parallel = 8")
-    bad = subprocess.run([sys.executable, "-m", "catalog", "--profiles", str(profiles), "check"],
+    bad = subprocess.run([sys.executable, "-m", "gguf_serve.catalog", "--profiles", str(profiles), "check"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)  # fmt: skip
     assert bad.returncode == 1 and bad.stderr.startswith("error: profile 'graviton-moe'")
     assert "Traceback" not in bad.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from catalog import ProfileError, ServingProfile
-from runtime.flags import llama_server_args
-from runtime.server import ALL_LAYERS, ServerSettings, Speculative
+from gguf_serve.catalog import ProfileError, ServingProfile
+from gguf_serve.container.flags import llama_server_args
+from gguf_serve.container.server import ALL_LAYERS, ServerSettings, Speculative
 from tests.committed import GEMMA3_270M, PROFILES, QWEN36_35B_A3B, build_profile, local_profile
 
 GPU_MTP = ServerSettings(parallel=1, threads=4, gpu_layers=ALL_LAYERS, speculative=Speculative())

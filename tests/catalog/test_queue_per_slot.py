@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from catalog.errors import ProfileError
-from runtime.spec import RuntimeSpec, RuntimeSpecError
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.container.spec import RuntimeSpec, RuntimeSpecError
 from tests.committed import local_profile
 
 
@@ -31,7 +31,7 @@ def test_out_of_range_is_refused_by_the_profile_and_the_spec(value: int):
 
 
 def test_the_hop_reads_it_from_the_spec(tmp_path):
-    from latencyproxy.cli import _admission, build_parser
+    from gguf_serve.container.hop.cli import _admission, build_parser
 
     spec = tmp_path / "runtime.json"
     spec.write_text(local_profile().with_server(parallel=3, queue_per_slot=2).runtime_json())

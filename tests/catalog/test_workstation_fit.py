@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from catalog import ProfileError
-from catalog.loader import load_catalog
-from catalog.lock import lock_model
-from catalog.lockfile import read_lock, write_lock
-from localscope.server import LocalScope
-from runtime.flags import llama_server_args
-from runtime.server import ALL_LAYERS
-from runtime.spec import RuntimeSpec, RuntimeSpecError
+from gguf_serve.catalog import ProfileError
+from gguf_serve.catalog.loader import load_catalog
+from gguf_serve.catalog.lock import lock_model
+from gguf_serve.catalog.lockfile import read_lock, write_lock
+from gguf_serve.container.flags import llama_server_args
+from gguf_serve.container.server import ALL_LAYERS
+from gguf_serve.container.spec import RuntimeSpec, RuntimeSpecError
+from gguf_serve.local.hub.server import LocalScope
 from tests.catalog.stand_in import ROOT
 from tests.committed import default_catalog
 

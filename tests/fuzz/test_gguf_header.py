@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from modelfetch.gguf import GGUFError, read_metadata, summarize
+from gguf_serve.container.fetch.gguf import GGUFError, read_metadata, summarize
 
 MEMORY_LIMIT = 64 * 1024 * 1024  # bytes allocated while reading one header
 U64 = st.one_of(st.integers(0, 64), st.sampled_from([2**31, 2**32 - 1, 2**40, 2**62, 2**63, 2**64 - 1]))

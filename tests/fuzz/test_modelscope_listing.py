@@ -7,8 +7,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from modelfetch.errors import FetchError
-from modelfetch.modelscope import parse_listing
+from gguf_serve.container.fetch.errors import FetchError
+from gguf_serve.container.fetch.modelscope import parse_listing
 
 SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=80),

@@ -1,11 +1,11 @@
-"""Any /metrics body ends in families or one ValueError naming the line (fleetmetrics logs it and goes on)."""
+"""Any /metrics body ends in families or one ValueError naming the line (the metrics publisher logs it and goes on)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetmetrics.prometheus import MetricFamily, parse_prometheus
+from gguf_serve.container.metrics.prometheus import MetricFamily, parse_prometheus
 
 PIECES = st.sampled_from(
     ["# HELP ", "# TYPE ", "llamacpp:requests_processing", "_bucket", "_count", "{", "}", '="', '"', ",", "=",

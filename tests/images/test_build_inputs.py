@@ -18,8 +18,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from catalog import ProfileError
-from catalog.images import (
+from gguf_serve.catalog import ProfileError
+from gguf_serve.catalog.images import (
     BUILD_POLL_INTERVAL_S,
     CUSTOM_RESOURCE_MAX_WAIT_S,
     DEFAULT_DEBIAN_MIRROR,
@@ -28,7 +28,6 @@ from catalog.images import (
 )
 from stacks.app import build_app
 from stacks.image_build import (
-    APP_PACKAGES,
     ImageBuild,
     app_files,
     app_key,
@@ -60,8 +59,13 @@ def test_source_asset_holds_exactly_the_build_context(image_assembly, stack):
     got = _files(inputs.context)
     assert got == expected
     # No catalog at all: the runtime package carries the spec's loader; no profile, hardware or price.
-    assert not {n for n in got if n.startswith("catalog/")}
-    for needed in ("docker/build-image.sh", f"docker/{X86.dockerfile}", "docker/app.Dockerfile", "launcher/cli.py"):
+    assert not {n for n in got if n.startswith("gguf_serve/catalog/")}
+    for needed in (
+        "docker/build-image.sh",
+        f"docker/{X86.dockerfile}",
+        "docker/app.Dockerfile",
+        "gguf_serve/container/launch/cli.py",
+    ):
         assert needed in got
     for name in got:
         assert (inputs.context / name).read_bytes() == (ROOT / name).read_bytes(), name
@@ -278,7 +282,7 @@ def test_build_script_refuses_a_pair_that_would_become_a_docker_option(tmp_path)
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    for folder in ("docker", *APP_PACKAGES, "catalog", "profiles"):
+    for folder in ("docker", "gguf_serve", "profiles"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -300,16 +304,29 @@ def test_price_and_description_edits_leave_both_tags_unchanged(tree):
     _edit(tree / "profiles" / "hardware.toml", r"ri_1yr_all_upfront_cny = \d+", "ri_1yr_all_upfront_cny = 1")
     serving = sorted((tree / "profiles" / "serving").glob("*.toml"))[0]
     _edit(serving, r'description = "[^"]*"', 'description = "cheaper now"')
-    _edit(tree / "catalog" / "profiles.py", r'^"""[^\n]*', '"""A new module docstring."""')  # not in the image
+    _edit(
+        tree / "gguf_serve" / "catalog" / "profiles.py", r'^"""[^\n]*', '"""A new module docstring."""'
+    )  # not in the image
     assert _keys(tree) == before
+
+
+def test_local_tools_and_the_preflight_are_not_in_the_image(tree):
+    """Only gguf_serve/container/ (and the package face) is hashed: a demo, bench, hub or pre-flight edit rebuilds
+    nothing, and a module added to the container folder is in the image with no list to update."""
+    before = _keys(tree)
+    for path in ("local/demo.py", "local/bench/cli.py", "local/hub/server.py", "preflight/checks.py"):
+        _edit(tree / "gguf_serve" / path, r"\n", "\n# changed\n")
+    assert _keys(tree) == before
+    (tree / "gguf_serve" / "container" / "new_module.py").write_text("VALUE = 1\n")
+    assert _keys(tree)[0] == before[0] and _keys(tree)[1] != before[1]
 
 
 def test_a_runtime_change_rebuilds_only_the_application_layer(tree):
     base, app = _keys(tree)
-    _edit(tree / "launcher" / "cli.py", r"\n", "\n# changed\n")
+    _edit(tree / "gguf_serve" / "container" / "launch" / "cli.py", r"\n", "\n# changed\n")
     new_base, new_app = _keys(tree)
     assert new_base == base and new_app != app
-    _edit(tree / "runtime" / "spec.py", r"\n", "\n# changed\n")  # the loader the container runs
+    _edit(tree / "gguf_serve" / "container" / "spec.py", r"\n", "\n# changed\n")  # the loader the container runs
     assert _keys(tree)[0] == base and _keys(tree)[1] != new_app
 
 

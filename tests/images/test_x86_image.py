@@ -67,8 +67,8 @@ def _layers_gzip_bytes(image: str) -> list[int]:
 def test_image_is_layered_small_and_runs_as_a_non_root_user(x86):
     config = json.loads(docker("image", "inspect", x86.image).stdout)[0]["Config"]
     assert config["User"] == f"{UID}:{UID}"
-    assert config["Entrypoint"] == ["python3", "-m", "launcher"] and config["Cmd"] == ["serve"]
-    assert config["Healthcheck"]["Test"] == ["CMD", "python3", "-m", "launcher", "health"]
+    assert config["Entrypoint"] == ["python3", "-m", "gguf_serve.container.launch"] and config["Cmd"] == ["serve"]
+    assert config["Healthcheck"]["Test"] == ["CMD", "python3", "-m", "gguf_serve.container.launch", "health"]
     image_layers = _layers_gzip_bytes(x86.image)
     base_layers = _layers_gzip_bytes(x86.base_image)
     assert image_layers[: len(base_layers)] == base_layers, "the application image is the base plus layers on top"

@@ -12,9 +12,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from preflight.checks import BOOTSTRAP_VERSION_PARAMETER, Status, run_checks
-from preflight.cli import main
-from preflight.plan import G_AND_VT_ON_DEMAND, STANDARD_ON_DEMAND, deploy_plan
+from gguf_serve.preflight.checks import BOOTSTRAP_VERSION_PARAMETER, Status, run_checks
+from gguf_serve.preflight.cli import main
+from gguf_serve.preflight.plan import G_AND_VT_ON_DEMAND, STANDARD_ON_DEMAND, deploy_plan
 from tests.conftest import cdk_context
 
 REGION = "cn-northwest-1"
@@ -274,7 +274,7 @@ def test_a_wake_door_is_counted_when_the_option_adds_it():
 
 
 def test_the_command_prints_one_table_and_exits_by_blockers(plan, capsys, monkeypatch):
-    monkeypatch.setattr("preflight.cli.deploy_plan", lambda stacks, context=None: plan)
+    monkeypatch.setattr("gguf_serve.preflight.cli.deploy_plan", lambda stacks, context=None: plan)
     assert main([], session=_Session(Account(plan).clients())) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[2].split()[:4] == ["check", "result", "detail", "what"]
@@ -286,7 +286,7 @@ def test_the_command_prints_one_table_and_exits_by_blockers(plan, capsys, monkey
 
 
 def test_no_credentials_is_one_line(plan, capsys, monkeypatch):
-    monkeypatch.setattr("preflight.cli.deploy_plan", lambda stacks, context=None: plan)
+    monkeypatch.setattr("gguf_serve.preflight.cli.deploy_plan", lambda stacks, context=None: plan)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -321,7 +321,7 @@ def test_a_refused_stack_is_one_blocker_and_still_checked_for_what_the_account_n
     assert (gpu.root_volume_gib == 0) == (entry == "none") and gpu.vcpus["update"] == 12
     assert sorted(s.stack_name for s in plan.stacks) == ["GpuMtpStack", "GravitonMoeStack"]
     ((name, why),) = plan.refused
-    assert name == "GpuMtpStack" and "python -m catalog lock Qwen3.6-27B" in why and "127.0.0.1:9" in why
+    assert name == "GpuMtpStack" and "gguf-serve-catalog lock Qwen3.6-27B" in why and "127.0.0.1:9" in why
     assert "\n" not in why
     results = Account(plan).check()
     blockers = [r for r in results if r.status is Status.BLOCKER]
@@ -335,7 +335,7 @@ def _committed_lock_copy(drop: str | None = None):
     import tempfile
     from pathlib import Path
 
-    from catalog.lockfile import read_lock, render_lock
+    from gguf_serve.catalog.lockfile import read_lock, render_lock
     from tests.conftest import ROOT
 
     entries = read_lock(ROOT / "profiles" / "models.lock.toml")
@@ -352,7 +352,7 @@ def test_context_options_reach_the_plan(capsys, monkeypatch):
         seen.update(context or {})
         raise SystemExit(0)
 
-    monkeypatch.setattr("preflight.cli.deploy_plan", fake_plan)
+    monkeypatch.setattr("gguf_serve.preflight.cli.deploy_plan", fake_plan)
     with pytest.raises(SystemExit):
         main(["-c", "spot=true", "-c", "modelLock=x.toml", "GravitonMoeStack"])
     assert seen == {"spot": "true", "modelLock": "x.toml"}

@@ -1,6 +1,6 @@
 """Fixtures for the boot rehearsal: the serving image the image tier builds, the stand-ins, the fake instances.
 
-Opt-in (`make rehearse`, or `pytest -m rehearsal`; pyproject.toml deselects the marker by default): it needs root,
+Opt-in (`make rehearse`, or `pytest -m tests.rehearsal`; pyproject.toml deselects the marker by default): it needs root,
 a Docker engine (installed and started here when missing, as the image tier does) and about 5 minutes once the
 images exist.
 """

@@ -14,13 +14,13 @@ from dataclasses import replace
 
 import pytest
 
-from fleetmetrics import names as fleet_names
-from rehearsal.aws import iam_action
-from rehearsal.harness import GROUP, STACK, STATE, World
-from rehearsal.imds import ROLE_ACCESS_KEY
-from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
-from runtime.server import Speculative
+from gguf_serve.container.metrics import names as fleet_names
+from gguf_serve.container.server import Speculative
 from stacks.fleet import GROUP_LOGICAL_ID, READY_HOOK, release_parameter_name
+from tests.rehearsal.aws import iam_action
+from tests.rehearsal.harness import GROUP, STACK, STATE, World
+from tests.rehearsal.imds import ROLE_ACCESS_KEY
+from tests.rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -156,7 +156,7 @@ def test_metrics_reach_cloudwatch(world, cold):
     assert {m["MetricName"] for m in metrics}, metrics
 
     # A chat through the latency hop once a scrape has succeeded (gauges published; a scrape during the model load
-    # publishes ScrapeFailed only): its time to first token reaches CloudWatch as a distribution. fleetmetrics
+    # publishes ScrapeFailed only): its time to first token reaches CloudWatch as a distribution. the metrics publisher
     # publishes each interval's histogram increase, and its first successful scrape is the baseline.
     def scraped():
         return fleet_names.REQUESTS_PROCESSING in {m["MetricName"] for m in published()}
@@ -295,7 +295,9 @@ def test_the_refusal_exit_does_not_restart_loop_and_signals_failure_with_its_cau
         failed_after = _signals(world, d, "FAILURE")[0].at - started
         TIMINGS["refusal_to_failure_signal_s"] = round(failed_after, 1)
         last = d.boot_log().strip().splitlines()[-1]
-        assert last.startswith("gguf-serve-boot: FAILED: llama-server not healthy: launcher: refusing to start:"), last
+        assert last.startswith(
+            "gguf-serve-boot: FAILED: llama-server not healthy: gguf-serve-launch: refusing to start:"
+        ), last
         assert "has no MTP layers" in last
         time.sleep(12)  # two RestartSec periods: a restart loop would show here
         show = d.sh("systemctl show -p NRestarts -p ExecMainStatus -p ActiveState gguf-serve-llama").stdout.split()
@@ -346,11 +348,11 @@ def test_every_call_the_instances_made_is_granted_to_the_instance_role(world, co
 
 
 def test_a_spot_notice_then_the_group_taking_the_instance_drain_the_hop_on_the_instance(world):
-    """The drain's wiring on a real boot (the drain itself: tests/latencyproxy/test_drain.py): the hop unit reads
+    """The drain's wiring on a real boot (the drain itself: tests/container/hop/test_drain.py): the hop unit reads
     the notices through the instance's IMDS, answers 503 + Retry-After, lets a stream finish, puts the counts to
     CloudWatch with the role's credentials, and completes the drain hook when the group takes the instance."""
-    from latencyproxy.drain import SPOT_ACTION, TARGET_STATE
-    from runtime.names import DRAIN_HOOK
+    from gguf_serve.container.hop.drain import SPOT_ACTION, TARGET_STATE
+    from gguf_serve.container.names import DRAIN_HOOK
 
     d = world.instance("i-0a00000000000d7a1")
     d.imds.instance.notices[TARGET_STATE] = "InService"

@@ -1,5 +1,5 @@
 """The MTP path for real on CPU: a tiny random GGUF of the Qwen3.6 architecture with an MTP layer, made here by
-rehearsal/tiny_mtp.py, served through the launcher with the GPU profile's speculative flags (draft-mtp, 2 drafts,
+tests/rehearsal/tiny_mtp.py, served through the launcher with the GPU profile's speculative flags (draft-mtp, 2 drafts,
 one slot) by the pinned llama-server; the answers carry drafted and accepted tokens."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
 from tests.committed import local_profile
+from tests.rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -34,8 +34,8 @@ def _chat(url: str, key: str) -> dict:
 
 @pytest.mark.parametrize("agree", [False, True], ids=["random-heads", "agreeing-heads"])
 def test_llama_server_drafts_with_the_mtp_layer_on_cpu(llama_server_binary, tmp_path, agree):
-    from launcher.process import free_port, start_server
-    from modelfetch.gguf import summarize
+    from gguf_serve.container.fetch.gguf import summarize
+    from gguf_serve.local.process import free_port, start_server
 
     models = tmp_path / "models"
     models.mkdir()

@@ -1,4 +1,4 @@
-"""AMX is used only where a probe executes it: cpuid alone is never trusted (launcher/cpu.py).
+"""AMX is used only where a probe executes it: cpuid alone is never trusted (gguf_serve/container/launch/cpu.py).
 
 A CPU can list amx_tile/amx_int8/amx_bf16 and still fault on ldtilecfg; these tests make the probe fail (or
 pass) on whatever CPU runs them, with a cpuinfo file that lists AMX, and check that every consumer follows the
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher import cpu
-from launcher.serve import NO_EXTRA_BUFFERS, server_command
+from gguf_serve.container.launch import cpu
+from gguf_serve.container.launch.serve import NO_EXTRA_BUFFERS, server_command
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU_SCRIPT = ROOT / "launcher" / "cpu.py"
+CPU_SCRIPT = ROOT / "gguf_serve" / "container" / "launch" / "cpu.py"
 AMX_CPU = frozenset({"fpu", "sse2", "avx2", "avx512f", "amx_tile", "amx_int8", "amx_bf16"})
 PLAIN_CPU = frozenset({"fpu", "sse2", "avx2"})
 
@@ -88,10 +88,40 @@ def test_override_forces_either_answer(monkeypatch):
     assert cpu.probe_amx().ok
 
 
-def test_native_build_compiles_amx_out_only_where_the_probe_fails():
-    assert cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, probe=fails())) == list(cpu.NO_AMX_CFLAGS)
-    assert cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, probe=passes())) == []
-    assert cpu.native_build_cflags(cpu.amx_plan(PLAIN_CPU)) == []
+def fake_compiler(tmp_path: Path, answer: str) -> Path:
+    """A `c++` whose output program prints `answer` ("kept" or "lost") as the tile-config probe would."""
+    cxx = tmp_path / f"cxx-{answer}"
+    cxx.write_text(
+        '#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\n'
+        f'printf \'#!/bin/sh\\necho {answer}\\n[ {answer} = kept ]\\n\' > "$2"; chmod +x "$2"\n'
+    )
+    cxx.chmod(0o755)
+    return cxx
+
+
+def test_native_build_compiles_amx_out_where_the_cpu_or_the_compiler_fails(tmp_path):
+    kept = lambda: cpu.probe_compiler(str(fake_compiler(tmp_path, "kept")))  # noqa: E731
+    lost = lambda: cpu.probe_compiler(str(fake_compiler(tmp_path, "lost")))  # noqa: E731
+    assert cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, probe=fails()), kept)[0] == list(cpu.NO_AMX_CFLAGS)
+    assert cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, probe=passes()), kept)[0] == []
+    flags, line = cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, probe=passes()), lost)
+    assert flags == list(cpu.NO_AMX_CFLAGS) and "drops the tile config" in line and "compiled out" in line
+    assert cpu.native_build_cflags(cpu.amx_plan(PLAIN_CPU), lost)[0] == []
+
+
+def test_the_compiler_probe_finds_gcc_12s_tile_config_bug():
+    """Debian 12's GCC 12.2 declares ldtilecfg's operand as 8 bytes: at -O3 ggml's tile config never reaches the CPU
+    (the native build then died with SIGSEGV in ggml_backend_amx_mul_mat). Needs a CPU that executes AMX."""
+    import re
+    import shutil
+
+    if shutil.which("g++") is None or os.uname().machine != "x86_64" or not cpu.probe_amx().ok:
+        pytest.skip("needs g++ and a CPU that executes AMX")
+    header = Path(subprocess.run(["g++", "-print-file-name=include/amxtileintrin.h"], capture_output=True,
+                                 text=True, check=True).stdout.strip())  # fmt: skip
+    narrow = re.search(r'ldtilecfg\\t%X0" :: "m" \(\*\(\(const void \*\*\)', header.read_text())
+    result = cpu.probe_compiler("g++")
+    assert result.ok is (narrow is None), (result, header)
 
 
 def test_cache_key_covers_cpu_flags_probe_and_build_inputs():
@@ -107,23 +137,34 @@ def test_cache_key_covers_cpu_flags_probe_and_build_inputs():
     assert cpu.cache_tag(on, AMX_CPU, "flags A") == cpu.cache_tag(on, frozenset(sorted(AMX_CPU)), "flags A")
 
 
-def _script(tmp_path: Path, *args: str, probe: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, cpu.CPUINFO_ENV: str(cpuinfo_file(tmp_path, AMX_CPU)), cpu.PROBE_OVERRIDE_ENV: probe}
+def _script(tmp_path: Path, *args: str, probe: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        cpu.CPUINFO_ENV: str(cpuinfo_file(tmp_path, AMX_CPU)),
+        cpu.PROBE_OVERRIDE_ENV: probe,
+        **(env or {}),
+    }
     return subprocess.run([sys.executable, str(CPU_SCRIPT), *args], capture_output=True, text=True, env=env, check=True)
 
 
 def test_the_build_script_helper_runs_standalone_and_follows_the_probe(tmp_path):
-    # scripts/build-llama-server.sh runs launcher/cpu.py as a file, with no package on the path.
+    # scripts/build-llama-server.sh runs gguf_serve/container/launch/cpu.py as a file, with no package on the path.
     failed = _script(tmp_path, "build-flags", probe="fail")
     assert failed.stdout.split() == list(cpu.NO_AMX_CFLAGS) and "AMX off" in failed.stderr
-    assert _script(tmp_path, "build-flags", probe="pass").stdout.strip() == ""
+    kept = {cpu.COMPILER_ENV: str(fake_compiler(tmp_path, "kept"))}
+    assert _script(tmp_path, "build-flags", probe="pass", env=kept).stdout.strip() == ""
+    lost = _script(tmp_path, "build-flags", probe="pass", env={cpu.COMPILER_ENV: str(fake_compiler(tmp_path, "lost"))})
+    assert lost.stdout.split() == list(cpu.NO_AMX_CFLAGS) and "drops the tile config" in lost.stderr
     tags = {_script(tmp_path, "cache-tag", "x", probe=p).stdout.strip() for p in ("fail", "pass")}
     assert len(tags) == 2 and all(len(t) == 12 for t in tags)
 
 
 def test_the_build_script_keys_its_cache_by_the_probe():
     text = (ROOT / "scripts" / "build-llama-server.sh").read_text()
-    assert 'launcher/cpu.py" build-flags' in text and 'launcher/cpu.py" cache-tag' in text
+    assert (
+        'gguf_serve/container/launch/cpu.py" build-flags' in text
+        and 'gguf_serve/container/launch/cpu.py" cache-tag' in text
+    )
     assert '-DCMAKE_C_FLAGS="$cflags"' in text and '-$tag"' in text
 
 
@@ -142,7 +183,7 @@ def test_launcher_argv_gets_no_repack_only_where_amx_faults(tmp_path):
 @pytest.mark.parametrize("probe", ["fail", "pass"])
 def test_launcher_serves_with_the_choice_the_probe_made(probe, llama_server_binary, gemma_gguf, tmp_path, monkeypatch):
     """The real launcher and llama-server on a CPU said to list AMX: the log line and argv follow the probe."""
-    from launcher.process import free_port, start_server
+    from gguf_serve.local.process import free_port, start_server
     from tests.committed import local_profile
 
     monkeypatch.setenv(cpu.CPUINFO_ENV, str(cpuinfo_file(tmp_path, AMX_CPU)))
@@ -176,7 +217,7 @@ def test_the_no_amx_flags_win_over_march_whatever_their_order():
 
     if shutil.which("gcc") is None or os.uname().machine != "x86_64":
         pytest.skip("needs GCC for x86-64")
-    flags = cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, fails()))
+    flags, _ = cpu.native_build_cflags(cpu.amx_plan(AMX_CPU, fails()))
 
     def macros(*args: str) -> str:
         return subprocess.run(["gcc", *args, "-dM", "-E", "-"], input="", capture_output=True, text=True,

@@ -219,7 +219,7 @@ class TestTheRealCli:
         )
 
     def test_synth_with_spot_passes_cdk_nag(self, tmp_path):
-        # Every stack, GpuMtpStack too: with the tests' lock, in which synth's lookup pinned the 27B from localscope
+        # Every stack, GpuMtpStack too: with the tests' lock, in which synth's lookup pinned the 27B from the local hub
         # (tests/catalog/stand_in.py), and no lookup of the typed 35B (tests/stacks/test_first_synth_lock.py).
         from tests.catalog.stand_in import stand_in_lock
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from catalog import ProfileError
-from catalog.profiles import MAX_HOOK_HEARTBEAT_S
+from gguf_serve.catalog import ProfileError
+from gguf_serve.catalog.profiles import MAX_HOOK_HEARTBEAT_S
 from stacks.fleet import release_parameter_name
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT

@@ -1,6 +1,6 @@
 """`cdk synth|deploy` locks a model on first synth, as the CDK resolves a context lookup once (catalog/lookup.py).
 
-localscope serves the 27B's repo and path with a small GGUF that has an MTP model's header facts (the stand-in of
+the local hub serves the 27B's repo and path with a small GGUF that has an MTP model's header facts (the stand-in of
 tests/catalog/stand_in.py); `MODELSCOPE_ENDPOINT` points synth at it, as a user would point it at a mirror. The
 real CLI runs from a clone of the working tree, so the lock it writes is the clone's profiles/models.lock.toml.
 """
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from catalog.lockfile import read_lock, render_lock
-from localscope.server import LocalScope
+from gguf_serve.catalog.lockfile import read_lock, render_lock
+from gguf_serve.local.hub.server import LocalScope
 from stacks.app import build_app, cli_context
 from tests.catalog.stand_in import FILE, REPO, stand_in_gguf
 from tests.conftest import ROOT
 from tests.stacks.test_deploy_options import _cli_env
 
 DOWN = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
-WHAT_TO_RUN = "`python -m catalog lock Qwen3.6-27B`"
+WHAT_TO_RUN = "`gguf-serve-catalog lock Qwen3.6-27B`"
 
 
 def _lock_copy(folder: Path, *, drop: str | None = None, **typed_changes) -> Path:
@@ -83,8 +83,8 @@ def test_a_typed_entry_that_agrees_is_upgraded_and_one_that_disagrees_refuses(tm
 
 
 def test_synth_opens_no_socket_when_every_model_is_listing_locked(tmp_path: Path, monkeypatch):
-    from catalog.lookup import resolve_locks
-    from rehearsal import tiny_mtp
+    from gguf_serve.catalog.lookup import resolve_locks
+    from tests.rehearsal import tiny_mtp
 
     lock = _lock_copy(tmp_path, drop="Qwen3.6-35B-A3B")
     with LocalScope() as hub:

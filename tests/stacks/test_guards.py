@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cdk_nag import AwsSolutionsChecks
 
-from catalog import ProfileError
+from gguf_serve.catalog import ProfileError
 from stacks.app import build_app
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import STACK_NAMES

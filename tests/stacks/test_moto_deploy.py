@@ -24,8 +24,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from runtime.names import DRAIN_HOOK
-from runtime.names import LIFECYCLE_HOOK as READY_HOOK
+from gguf_serve.container.names import DRAIN_HOOK
+from gguf_serve.container.names import LIFECYCLE_HOOK as READY_HOOK
 from tests.committed import profile_by_stack
 from tests.stacks.conftest import STACK_NAMES
 

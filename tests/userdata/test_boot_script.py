@@ -13,8 +13,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from launcher.preflight import EX_CONFIG
-from runtime import names
+from gguf_serve.container import names
+from gguf_serve.container.launch.preflight import EX_CONFIG
 from tests.committed import PROFILES
 from userdata import BootSettings, InstanceSpec, render_user_data
 from userdata.render import _ENV, USER_DATA_LIMIT
@@ -69,14 +69,14 @@ def test_api_key_is_read_at_start_never_embedded():
 
 def test_the_latency_hop_takes_the_server_port_and_llama_server_only_loopback():
     """The ALB, the readiness check and the metrics publisher reach the hop; nothing but the hop reaches llama."""
-    from runtime import names
+    from gguf_serve.container import names
 
     text = render_user_data(InstanceSpec.of(PROFILES["graviton-moe"]), BOOT)
     port = PROFILES["graviton-moe"].server.port
     assert f"-p 127.0.0.1:{names.UPSTREAM_PORT}:{port} " in text and f"-p {port}:{port}" not in text
     hop = text[text.index(f"/etc/systemd/system/{names.HOP_UNIT}.service") :]
     hop = hop[: hop.index("\nUNIT\n")]
-    assert "--network host" in hop and "-m latencyproxy" in hop and "Restart=always" in hop
+    assert "--network host" in hop and "-m gguf_serve.container.hop" in hop and "Restart=always" in hop
     assert f"--listen 0.0.0.0:{port} --upstream http://127.0.0.1:{names.UPSTREAM_PORT}" in hop
     # admission control reads slots and queue_per_slot from the runtime spec, mounted read-only
     assert f"--spec {names.RUNTIME_SPEC_PATH}" in hop and f"-v {names.CONFIG_DIR}:{names.CONFIG_DIR}:ro" in hop

@@ -11,8 +11,8 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
-from catalog.errors import ProfileError
-from runtime.names import DRAIN_HEARTBEAT_S
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.container.names import DRAIN_HEARTBEAT_S
 from stacks.app import apply_options
 from stacks.fleet import DRAIN_HOOK, READY_HOOK, ServingFleet
 from stacks.load_balancer import InferenceLoadBalancer

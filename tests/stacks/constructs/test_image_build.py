@@ -7,8 +7,8 @@ import re
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from catalog.errors import ProfileError
-from catalog.images import IMAGE_TARGETS
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.images import IMAGE_TARGETS
 from stacks.image_build import ImageBuild
 
 X86, ARM = IMAGE_TARGETS["x86-64-cpu"], IMAGE_TARGETS["arm64-cpu"]

@@ -10,7 +10,7 @@ from aws_cdk import aws_elasticloadbalancingv2_targets as targets
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Match, Template
 
-from catalog.errors import ProfileError
+from gguf_serve.catalog.errors import ProfileError
 from stacks.load_balancer import InferenceLoadBalancer
 
 CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Template
 
-from catalog.errors import ProfileError
+from gguf_serve.catalog.errors import ProfileError
 from stacks.network import ServingNetwork
 
 

@@ -9,7 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk.assertions import Match, Template
 
-from catalog.errors import ProfileError
+from gguf_serve.catalog.errors import ProfileError
 from stacks.wake_door import GROUP_EVENTS, WOKEN_TAG, WakeDoor
 
 

@@ -1,1 +1,0 @@
-"""Benchmark, cost model and recommendation: the field report's method and tables as a CLI (`python -m bench`)."""

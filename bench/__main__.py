@@ -1,3 +1,0 @@
-from bench.cli import main
-
-raise SystemExit(main())

@@ -1,5 +1,0 @@
-import sys
-
-from fleetmetrics.cli import main
-
-sys.exit(main())

@@ -1,0 +1,447 @@
+"""The profile files (profiles/*.toml) -> typed, validated catalog objects.
+
+    profiles/hardware.toml        [ami.<name>] and [instance."<type>"]: instance types and their prices
+    profiles/models.toml          ["<model>"]: the ModelScope repo and file, parameters, quantization
+    profiles/models.lock.toml     written by `gguf-serve-catalog lock`: size, sha256, GGUF header facts
+    profiles/serving/<name>.toml  one serving profile each: instance, model, image, [server], [fleet], stack
+    profiles/workstation/<name>.toml  one GPU workstation profile each: a [workstation."<card>"] of
+                                  hardware.toml, model, [server]; no stack, fleet or price (gguf-serve-workstation)
+
+Every error names the file and key and says what to write instead; a profile that cannot work is refused with
+the same messages as gguf_serve.catalog.profiles' validation (memory fit, architecture, MTP, threads, slots, GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import replace as dataclass_replace
+from pathlib import Path
+from typing import Any
+
+from gguf_serve.catalog import limits, model_facts
+from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.hardware import Architecture, Hardware
+from gguf_serve.catalog.images import IMAGE_TARGETS
+from gguf_serve.catalog.lockfile import LockedModel, read_lock
+from gguf_serve.catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
+from gguf_serve.catalog.models import ModelArtifact
+from gguf_serve.catalog.profiles import ServingProfile
+from gguf_serve.container.server import ALL_LAYERS, ServerSettings, Speculative
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+LOCK_NAME = "models.lock.toml"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    hardware: dict[str, Hardware]
+    models: dict[str, ModelArtifact]
+    locks: dict[str, LockedModel]
+    profiles: dict[str, ServingProfile]
+    root: Path
+    lock_file: Path
+    workstations: dict[str, Hardware] = field(default_factory=dict)  # [workstation."<card>"]: GPU machines
+    workstation_profiles: dict[str, ServingProfile] = field(
+        default_factory=dict
+    )  # profiles/workstation/*.toml; never stacks
+    unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
+
+    def profile_by_stack(self, stack_name: str) -> ServingProfile:
+        for p in self.profiles.values():
+            if p.stack_name == stack_name:
+                return p
+        stacks = [p.stack_name for p in self.profiles.values() if p.stack_name]
+        raise ProfileError(f"no profile for stack {stack_name!r}: use one of {stacks}")
+
+
+def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None, skip_unlocked: bool = False) -> Catalog:
+    """skip_unlocked: a profile whose model has no lock entry at all is left out (named in `unlocked`) instead of
+    refused; the app refuses just its stack, and builds the others."""
+    if not root.is_dir():
+        raise ProfileError(f"no profile folder at {root}: the catalog's data lives in profiles/ at the repo root")
+    lock_file = lock_file or root / LOCK_NAME
+    hardware = load_hardware(root / "hardware.toml")
+    locks = read_lock(lock_file)
+    models = load_models(root / "models.toml", locks, lock_file)
+    profiles = {}
+    stacks: dict[str, Path] = {}
+    unlocked: dict[str, str] = {}
+    declared_models = _toml(root / "models.toml")
+    for path in sorted((root / "serving").glob("*.toml")):
+        if skip_unlocked and (model := _unlocked_model(path, declared_models, models)):
+            unlocked[str(path)] = model
+            continue
+        p = load_profile(path, hardware=hardware, models=models)
+        if p.stack_name and p.stack_name in stacks:
+            raise ProfileError(f"{path}: stack {p.stack_name!r} is already {stacks[p.stack_name]}'s; pick another")
+        stacks[p.stack_name] = path
+        profiles[p.name] = p
+    cards = load_workstations(root / "hardware.toml")
+    workstation_profiles = {
+        path.stem: load_workstation_profile(path, cards=cards, models=models)
+        for path in sorted((root / "workstation").glob("*.toml"))
+        if not (skip_unlocked and _unlocked_model(path, declared_models, models))
+    }
+    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked)
+
+
+def _unlocked_model(path: Path, declared: dict[str, Any], models: dict[str, ModelArtifact]) -> str:
+    """The model a profile file names when it is declared but has no lock entry yet, else ''."""
+    model = _toml(path).get("model")
+    return model if isinstance(model, str) and model in declared and model not in models else ""
+
+
+# --- files -------------------------------------------------------------------------------------------------------
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path} is missing") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{path}: not valid TOML ({e})") from None
+
+
+def _where(path: Path, *keys: str) -> str:
+    return f"{path}: " + ".".join(k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k) for k in keys)
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProfileError(f"{where} must be a table ([...]), got {value!r}")
+    return value
+
+
+def load_hardware(path: Path) -> dict[str, Hardware]:
+    doc = _toml(path)
+    _only(doc, {"ami", "instance", "workstation"}, _where(path, "(top level)"))
+    amis = _table(doc.get("ami", {}), _where(path, "ami"))
+    out = {}
+    for name, table in _table(doc.get("instance", {}), _where(path, "instance")).items():
+        where = _where(path, "instance", name)
+        table = dict(_table(table, where))
+        ami_name = table.pop("ami", None)
+        if not isinstance(ami_name, str) or ami_name not in amis:
+            raise ProfileError(f"{where}: ami must name one of [ami.*] ({', '.join(sorted(amis))}), got {ami_name!r}")
+        ami = _table(amis[ami_name], _where(path, "ami", ami_name))
+        _only(ami, {"ssm_parameter", "root_snapshot_gib"}, _where(path, "ami", ami_name))
+        _check_ami(ami, _where(path, "ami", ami_name))
+        table["ami_ssm_parameter"] = ami.get("ssm_parameter")
+        table["ami_root_snapshot_gib"] = ami.get("root_snapshot_gib")
+        if "architecture" in table:
+            table["architecture"] = _enum(Architecture, table["architecture"], f"{where}.architecture")
+        out[name] = _build(Hardware, {"instance_type": name, **table}, where,
+                           skip={"instance_type", "ami_ssm_parameter", "ami_root_snapshot_gib"})  # fmt: skip
+        _check_hardware(out[name], where)
+    return out
+
+
+def _check_ami(ami: dict[str, Any], where: str) -> None:
+    param, snapshot = ami.get("ssm_parameter"), ami.get("root_snapshot_gib")
+    if not isinstance(param, str) or not param.startswith("/"):
+        raise ProfileError(f"{where}.ssm_parameter: {param!r} is not an SSM parameter name; allowed: a name like "
+                           "/aws/service/...")  # fmt: skip
+    if not _is(snapshot, int) or not 1 <= snapshot <= 16384:
+        raise ProfileError(f"{where}.root_snapshot_gib: {snapshot!r} is not a snapshot size; allowed: an integer "
+                           "from 1 to 16,384 GiB (gp3's largest volume)")  # fmt: skip
+
+
+def _check_hardware(hw: Hardware, where: str) -> None:
+    if hw.physical_cores > hw.vcpus:
+        raise ProfileError(f"{where}.physical_cores: {hw.physical_cores} is more than vcpus ({hw.vcpus}); "
+                           f"allowed: 1 to {hw.vcpus}")  # fmt: skip
+    if hw.host_reserve_gib >= hw.memory_gib:
+        raise ProfileError(f"{where}.host_reserve_gib: {hw.host_reserve_gib} leaves nothing of memory_gib "
+                           f"({hw.memory_gib}); allowed: less than memory_gib")  # fmt: skip
+    if hw.has_gpu and hw.gpu_memory_gib <= 0:
+        raise ProfileError(f"{where}.gpu_memory_gib: {hw.gpu_memory_gib} for a GPU ({hw.gpu}); allowed: more than 0")
+
+
+_WORKSTATION_KEYS = {"gpu", "gpu_memory_gib", "memory_gib", "vcpus", "physical_cores", "cpu", "architecture",
+                     "host_reserve_gib"}  # fmt: skip
+
+
+def load_workstations(path: Path) -> dict[str, Hardware]:
+    """[workstation."<card>"]: one GPU machine each (the card, and the RAM and cores of the box it sits in).
+
+    No AMI, stack, fleet or price: a workstation is bought, not launched. Its RAM is an input of the fit (it holds
+    the experts --n-cpu-moe keeps on the CPU); a workstation profile may override it with host_memory_gib.
+    """
+    doc = _toml(path)
+    out = {}
+    instances = _table(doc.get("instance", {}), _where(path, "instance"))
+    for name, table in _table(doc.get("workstation", {}), _where(path, "workstation")).items():
+        where = _where(path, "workstation", name)
+        table = {"architecture": "x86_64", **_table(table, where)}
+        if name in instances:
+            raise ProfileError(f"{where}: {name!r} is also an [instance.*]; give the workstation another name")
+        _only(table, _WORKSTATION_KEYS, where)
+        if not isinstance(table.get("gpu"), str):
+            raise ProfileError(f"{where}: gpu is missing or not a string (a workstation is a GPU machine)")
+        table["architecture"] = _enum(Architecture, table["architecture"], f"{where}.architecture")
+        values = {"instance_type": name, "ami_ssm_parameter": "", "ami_root_snapshot_gib": 0, **table}
+        injected = {"instance_type", "ami_ssm_parameter", "ami_root_snapshot_gib"}
+        out[name] = _build(Hardware, values, where, skip=injected)
+        _check_hardware(out[name], where)
+    return out
+
+
+_DECLARED_MODEL = {"repo", "file", "revision", "quantization", "total_params_b", "active_params_b"}
+
+
+def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> dict[str, ModelArtifact]:
+    out = {}
+    for name, table in _toml(path).items():
+        where = _where(path, name)
+        declared = {"revision": "master", **_table(table, where)}
+        _only(declared, _DECLARED_MODEL, where)
+        for key in ("repo", "file"):  # before the lock is compared with them: a bad one is refused as itself
+            limits.check(ModelArtifact, key, declared.get(key), where)
+        lock = locks.get(name)
+        if lock is None:
+            continue  # declared, not locked yet: a profile that uses it is refused with what to run
+        if (lock.repo, lock.file, lock.revision) != (declared.get("repo"), declared.get("file"), declared["revision"]):
+            raise ProfileError(
+                f"{lock_file}: {name!r} was locked for {lock.repo}/{lock.file}@{lock.revision} but {path} "
+                f"declares {declared.get('repo')}/{declared.get('file')}@{declared['revision']}; "
+                f"run `gguf-serve-catalog lock {name}`"
+            )
+        facts = lock.header
+        lock_where = _where(lock_file, name, "gguf")
+        values = {
+            **declared,
+            "name": name,
+            "size_bytes": lock.size_bytes,
+            "sha256": lock.sha256,
+            "gguf_architecture": facts["architecture"],
+            "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
+            "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
+            "recurrent_state_bytes_per_slot": model_facts.recurrent_state_bytes(facts, lock_where),
+            "expert_bytes_per_layer": tuple(
+                lock.tensors.get("expert_bytes")
+                or model_facts.estimated_expert_bytes(
+                    facts, lock.size_bytes, declared.get("total_params_b", 0), lock_where
+                )
+            ),
+        }
+        out[name] = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
+        active, total = out[name].active_params_b, out[name].total_params_b
+        if active > total:
+            raise ProfileError(f"{where}.active_params_b: {active} is more than total_params_b ({total}); "
+                               "allowed: at most total_params_b (less means MoE)")  # fmt: skip
+    return out
+
+
+_PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "server", "fleet"}
+
+
+def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
+    doc = _toml(path)
+    name = path.stem
+    where = f"{path}"
+    _only(doc, _PROFILE_KEYS, where)
+    for key in ("instance_type", "model", "image"):
+        if not isinstance(doc.get(key), str):
+            raise ProfileError(f"{where}: {key} is missing or not a string")
+    stack = doc.get("stack", "")
+    if not isinstance(stack, str) or (stack and not (stack.isascii() and stack.isalnum() and stack[0].isalpha())):
+        raise ProfileError(f"{where}: stack must be a CloudFormation stack name of letters and digits, got {stack!r}")
+    hw = _pick(hardware, doc["instance_type"], "instance type", f"{where}: instance_type", "profiles/hardware.toml")
+    if doc["model"] not in models:
+        raise ProfileError(
+            f"{where}: model {doc['model']!r} is not locked: declare it in profiles/models.toml and run "
+            f"`gguf-serve-catalog lock {doc['model']}` (locked: {', '.join(sorted(models)) or 'none'})"
+        )
+    image = _pick(IMAGE_TARGETS, doc["image"], "image target", f"{where}: image", "gguf_serve/catalog/images.py")
+    server_doc = dict(_table(doc.get("server", {}), f"{where}: server"))
+    spec = server_doc.pop("speculative", None)
+    if spec is not None:
+        server_doc["speculative"] = _build(Speculative, _table(spec, f"{where}: server.speculative"),
+                                           f"{where}: server.speculative")  # fmt: skip
+    if server_doc.get("gpu_layers") == "all":
+        server_doc["gpu_layers"] = ALL_LAYERS
+    fleet_doc = dict(_table(doc.get("fleet", {}), f"{where}: fleet"))
+    for key in ("allowed_cidrs", "off_hours"):
+        if isinstance(fleet_doc.get(key), list):
+            fleet_doc[key] = tuple(fleet_doc[key])
+    fleet = _build(FleetSettings, fleet_doc, f"{where}: fleet")
+    _check_fleet(fleet, f"{where}: fleet")
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise ProfileError(f"{where}: description must be a string")
+    return ServingProfile(
+        name=name,
+        stack_name=stack,
+        hardware=hw,
+        model=models[doc["model"]],
+        server=_build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"}),
+        image=image,
+        fleet=fleet,
+        description=description,
+    )
+
+
+def _check_fleet(f: FleetSettings, where: str) -> None:
+    """Keys that bound each other; the message names the other key."""
+    pairs = [
+        ("min_capacity", f.min_capacity, "max_capacity", f.max_capacity),
+        ("warm_pool_size", f.warm_pool_size, "max_capacity", f.max_capacity),
+        ("nat_gateways", f.nat_gateways, "max_azs", f.max_azs),
+    ]
+    if f.desired_capacity is not None:
+        pairs.append(("desired_capacity", f.desired_capacity, "max_capacity", f.max_capacity))
+    for key, value, other, bound in pairs:
+        if value > bound:
+            raise ProfileError(f"{where}.{key}: {value} is more than {other} ({bound}); allowed: 0 to {other}")
+    if f.desired_capacity is not None and f.desired_capacity < f.min_capacity:
+        raise ProfileError(f"{where}.desired_capacity: {f.desired_capacity} is less than min_capacity "
+                           f"({f.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
+
+
+_WORKSTATION_PROFILE_KEYS = {"workstation", "model", "image", "description", "host_memory_gib", "server"}
+
+
+def load_workstation_profile(
+    path: Path, *, cards: dict[str, Hardware], models: dict[str, ModelArtifact]
+) -> ServingProfile:
+    """profiles/workstation/<name>.toml -> a ServingProfile on a [workstation.*] machine, n_cpu_moe resolved.
+
+    [server] as in a serving profile, with gpu_layers "all" by default and n_cpu_moe = "auto" (default: the
+    fewest blocks whose experts must stay in host RAM for the rest to fit the card), "all" (--cpu-moe) or N.
+    """
+
+    doc = _toml(path)
+    where = f"{path}"
+    if "stack" in doc or "fleet" in doc:
+        raise ProfileError(f"{where}: a workstation profile is never a stack; put stacks in profiles/serving/")
+    _only(doc, _WORKSTATION_PROFILE_KEYS, where)
+    for key in ("workstation", "model"):
+        if not isinstance(doc.get(key), str):
+            raise ProfileError(f"{where}: {key} is missing or not a string")
+    hw = _pick(cards, doc["workstation"], "workstation", f"{where}: workstation", "profiles/hardware.toml")
+    if "host_memory_gib" in doc:
+        if not _is(doc["host_memory_gib"], float) or doc["host_memory_gib"] <= 0:
+            raise ProfileError(f"{where}: host_memory_gib must be a positive number, got {doc['host_memory_gib']!r}")
+        hw = dataclass_replace(hw, memory_gib=float(doc["host_memory_gib"]))
+    if doc["model"] not in models:
+        raise ProfileError(
+            f"{where}: model {doc['model']!r} is not locked: declare it in profiles/models.toml and run "
+            f"`gguf-serve-catalog lock {doc['model']}` (locked: {', '.join(sorted(models)) or 'none'})"
+        )
+    model = models[doc["model"]]
+    image = _pick(
+        IMAGE_TARGETS, doc.get("image", "cuda"), "image target", f"{where}: image", "gguf_serve/catalog/images.py"
+    )
+    server_doc = {"gpu_layers": "all", "n_cpu_moe": "auto", **_table(doc.get("server", {}), f"{where}: server")}
+    spec = server_doc.pop("speculative", None)
+    if spec is not None:
+        server_doc["speculative"] = _build(Speculative, _table(spec, f"{where}: server.speculative"),
+                                           f"{where}: server.speculative")  # fmt: skip
+    if server_doc["gpu_layers"] == "all":
+        server_doc["gpu_layers"] = ALL_LAYERS
+    auto = server_doc["n_cpu_moe"] == "auto"
+    if auto or server_doc["n_cpu_moe"] == "all":
+        server_doc["n_cpu_moe"] = ALL_LAYERS if server_doc["n_cpu_moe"] == "all" else 0
+    server = _build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"})
+    if server.gpu_layers > 0:
+        fit = smallest_fit(model, server, hw) if auto and model.expert_bytes_per_layer else fit_on(model, server, hw)
+        if not fit.fits:
+            raise ProfileError(f"{where}: {_refusal(model, server, hw, fit, cards, plan_memory)}; "
+                               f"{suggest_card(model, server, cards, but=hw.instance_type)}")  # fmt: skip
+        server = dataclass_replace(server, n_cpu_moe=fit.n_cpu_moe)
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise ProfileError(f"{where}: description must be a string")
+    return ServingProfile(
+        name=path.stem, stack_name="", hardware=hw, model=model, server=server, image=image, description=description
+    )
+
+
+def _refusal(model: ModelArtifact, server: ServerSettings, hw: Hardware, fit: Any, cards: Any, plan: Any) -> str:
+    """What does not fit, with the arithmetic: GPU memory first, then the host RAM the CPU-side experts need."""
+    if fit.gpu_need_gib > fit.gpu_gib:
+        gpu_plan = plan(model, dataclass_replace(server, n_cpu_moe=fit.n_cpu_moe), reserve_gib=None)
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in gpu_plan.items() if k not in ("prompt_cache", "cpu_experts"))
+        flag = f" with {fit.flag}" if fit.n_cpu_moe else ""
+        return (f"{model.name} needs {fit.gpu_need_gib:.1f} GiB of GPU memory{flag} ({parts}) but {hw.instance_type} "
+                f"({hw.gpu}) has {fit.gpu_gib:.1f} GiB")  # fmt: skip
+    return (
+        f"{model.name} fits {hw.instance_type}'s {fit.gpu_gib:.1f} GiB of GPU memory only with {fit.flag}, which "
+        f"needs {fit.host_need_gib:.1f} GiB of host RAM (experts, prompt cache, reserve) but it has "
+        f"{fit.host_gib:.1f} GiB; lower cache_ram_mib or add RAM (host_memory_gib)"
+    )
+
+
+# --- typed fields ------------------------------------------------------------------------------------------------
+
+
+def _pick(table: dict[str, Any], key: str, what: str, where: str, file: str) -> Any:
+    if key not in table:
+        raise ProfileError(f"{where}: unknown {what} {key!r}: use one of {', '.join(sorted(table))} ({file})")
+    return table[key]
+
+
+def _enum(kind: type, value: Any, where: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ProfileError(f"{where} must be one of {[m.value for m in kind]}, got {value!r}") from None  # type: ignore[attr-defined]
+
+
+def _only(doc: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise ProfileError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+
+
+def _build(cls: type, values: dict[str, Any], where: str, *, skip: set[str] = frozenset()) -> Any:  # type: ignore[assignment]
+    """cls(**values), each value checked against the field's type; unknown, missing and mistyped keys named."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    _only(values, set(known), where)
+    for name, f in known.items():
+        if name not in values:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ProfileError(f"{where}: missing key {name!r} ({_type_name(hints[name])})")
+            continue
+        if name not in skip and not _is(values[name], hints[name]):
+            got = f"{values[name]!r} ({type(values[name]).__name__})"
+            raise ProfileError(f"{where}: {name} must be {_type_name(hints[name])}, got {got}")
+        if name not in skip:
+            limits.check(cls, name, values[name], where)
+    return cls(**values)
+
+
+def _is(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_is(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        args = typing.get_args(hint)
+        item = args[0]
+        return isinstance(value, tuple) and all(_is(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(h) for h in typing.get_args(hint) if h is not type(None)) + " (or leave it out)"
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(hint)[0])}"
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))

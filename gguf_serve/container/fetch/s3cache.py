@@ -1,0 +1,188 @@
+"""The in-region S3 model cache: look up, read in parallel ranges, write back after a verified download.
+
+Layout: s3://<bucket>/<prefix>/<owner>/<repo>/<revision>/<file>, with user metadata
+`sha256` (verified before upload) and `modelscope-repo` / `modelscope-revision` / `modelscope-file`.
+Every instance of the stack may write this prefix, so nothing read from it is trusted on its own: an object is
+used only for a profile that pins a sha256, and its bytes are checked against that pin while they stream (the
+`sha256` metadata only lets a reader skip an object that is certainly stale). See gguf_serve.container.fetch.fetch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from gguf_serve.container.fetch.errors import FetchError, NotFoundError, TransientError
+from gguf_serve.container.fetch.pace import RatePolicy
+
+log = logging.getLogger("gguf-serve-fetch")
+
+MIB = 1024 * 1024
+CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CachedObject:
+    bucket: str
+    key: str
+    size: int
+    sha256: str | None
+    etag: str
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    parts = urlsplit(uri)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise FetchError(f"S3 cache must look like s3://bucket/prefix, got {uri!r}")
+    return parts.netloc, parts.path.strip("/")
+
+
+class S3Cache:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        connections: int = 8,
+        client: Any = None,
+        region: str | None = None,
+        multipart_chunk: int = 64 * MIB,
+        rate: RatePolicy | None = None,
+    ) -> None:
+        self.uri = uri
+        self.bucket, self.prefix = parse_s3_uri(uri)
+        self.connections = connections
+        self.multipart_chunk = multipart_chunk
+        self.rate = rate or RatePolicy()
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client(
+                "s3",
+                region_name=region,
+                config=Config(
+                    max_pool_connections=connections * 2,
+                    retries={"mode": "standard", "max_attempts": 3},
+                    connect_timeout=10,
+                    read_timeout=self.rate.idle_s,
+                ),
+            )
+        self.client = client
+
+    @staticmethod
+    def check_uri(uri: str) -> None:
+        parse_s3_uri(uri)
+
+    def key(self, repo: str, revision: str, file: str) -> str:
+        return "/".join(p for p in (self.prefix, repo, revision, file) if p)
+
+    def lookup(self, repo: str, revision: str, file: str) -> CachedObject | None:
+        """The cached object, or None when it is absent or the cache cannot be read (then ModelScope serves)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        key = self.key(repo, revision, file)
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 404 or e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                log.info("S3 cache miss: s3://%s/%s", self.bucket, key)
+            else:
+                log.warning("S3 cache s3://%s/%s unreadable (%s); falling back to ModelScope", self.bucket, key, e)
+            return None
+        except BotoCoreError as e:
+            log.warning("S3 cache unreachable (%s); falling back to ModelScope", e)
+            return None
+        meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
+        return CachedObject(
+            bucket=self.bucket,
+            key=key,
+            size=int(head["ContentLength"]),
+            sha256=(meta.get("sha256") or None),
+            etag=head["ETag"],
+        )
+
+    def source(self, obj: CachedObject) -> S3RangeSource:
+        return S3RangeSource(self.client, obj, self.rate)
+
+    def upload(self, path: Path, *, repo: str, revision: str, file: str, sha256: str) -> str:
+        """Multipart upload of a verified file; returns its s3:// URI."""
+        from boto3.s3.transfer import TransferConfig
+
+        key = self.key(repo, revision, file)
+        size = path.stat().st_size
+        chunk = max(self.multipart_chunk, -(-size // 9000))  # S3 allows 10,000 parts
+        config = TransferConfig(
+            multipart_threshold=self.multipart_chunk,
+            multipart_chunksize=chunk,
+            max_concurrency=self.connections,
+            use_threads=True,
+        )
+        extra = {
+            "Metadata": {
+                "sha256": sha256,
+                "modelscope-repo": repo,
+                "modelscope-revision": revision,
+                "modelscope-file": file,
+            },
+            "ContentType": "application/octet-stream",
+        }
+        self.client.upload_file(str(path), self.bucket, key, ExtraArgs=extra, Config=config)
+        return f"s3://{self.bucket}/{key}"
+
+
+class S3RangeSource:
+    """Byte ranges of one cached object; If-Match pins the version we looked up."""
+
+    name = "s3"
+
+    def __init__(self, client: Any, obj: CachedObject, rate: RatePolicy | None = None) -> None:
+        self.client = client
+        self.obj = obj
+        self.rate = rate or RatePolicy()
+
+    def stream(self, start: int, end: int) -> Iterator[bytes]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            resp = self.client.get_object(
+                Bucket=self.obj.bucket, Key=self.obj.key, Range=f"bytes={start}-{end - 1}", IfMatch=self.obj.etag
+            )
+        except ClientError as e:
+            raise _classify(e, self.obj) from e
+        except BotoCoreError as e:
+            raise TransientError(f"{type(e).__name__}: {e}") from e
+        body = resp["Body"]
+        # read1 returns what has arrived; StreamingBody.read(n) would wait for all n bytes of a trickle.
+        raw = getattr(body, "_raw_stream", None)
+        read = raw.read1 if hasattr(raw, "read1") else body.read
+        watch = self.rate.watch(f"s3://{self.obj.bucket}")
+        try:
+            while True:
+                try:
+                    chunk = read(CHUNK)
+                except (BotoCoreError, OSError) as e:
+                    raise TransientError(f"{type(e).__name__}: {e}") from e
+                if not chunk:
+                    return
+                watch.add(len(chunk))
+                yield chunk
+        finally:
+            body.close()
+
+
+def _classify(e: Any, obj: CachedObject) -> Exception:
+    status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    code = e.response.get("Error", {}).get("Code", "")
+    where = f"s3://{obj.bucket}/{obj.key}"
+    if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"):
+        return TransientError(f"S3 {code or status} reading {where}")
+    if status == 404:
+        return NotFoundError(f"{where} disappeared during the download")
+    if status == 412:
+        return FetchError(f"{where} was replaced during the download (ETag changed)")
+    return FetchError(f"S3 refused {where}: {code or status}")

@@ -1,0 +1,151 @@
+"""gguf-serve-hop: serve llama-server through the timing hop (see gguf_serve/container/hop/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import signal
+import sys
+import threading
+
+from gguf_serve.container.hop.drain import Drainer, DrainSettings
+from gguf_serve.container.hop.gpu import GpuReader
+from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
+from gguf_serve.container.names import SERVER_PORT, UPSTREAM_PORT
+
+MIB = 1024 * 1024
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "0.0.0.0", int(port)  # noqa: S104 - the container's published port
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gguf-serve-hop", description=__doc__)
+    listen = ("0.0.0.0", SERVER_PORT)  # noqa: S104 - in front of llama-server, where clients connect
+    p.add_argument("--listen", type=_listen, default=listen, help=f"HOST:PORT (default 0.0.0.0:{SERVER_PORT})")
+    upstream = f"http://127.0.0.1:{UPSTREAM_PORT}"
+    p.add_argument("--upstream", default=upstream, help="llama-server base URL (default %(default)s)")
+    p.add_argument(
+        "--gpu-metrics",
+        choices=("auto", "off"),
+        default="auto",
+        help="GPU gauges from nvidia-smi on each /metrics scrape: auto (when nvidia-smi is on PATH) or off",
+    )
+    p.add_argument("--nvidia-smi", help="nvidia-smi binary (default: from PATH)")
+    p.add_argument("--upstream-timeout", type=float, default=900.0, help="seconds without a byte from upstream")
+    p.add_argument(
+        "--spec",
+        help="runtime spec (gguf_serve.container.spec): slots and queue_per_slot for admission control come from it",
+    )
+    p.add_argument("--slots", type=int, help="llama-server's slots (-np), when there is no --spec")
+    p.add_argument(
+        "--queue-per-slot", type=int, help="waiting requests per slot before 429 (default: the spec's, else none)"
+    )
+    limits = Limits()
+    p.add_argument(
+        "--max-body-mib", type=float, default=limits.max_body_bytes / MIB, help="413 above (default %(default)s)"
+    )
+    p.add_argument(
+        "--idle-timeout", type=float, default=limits.idle_timeout_s, help="keep-alive s (default %(default)s)"
+    )
+    p.add_argument("--header-timeout", type=float, default=limits.header_timeout_s, help="s (default %(default)s)")
+    p.add_argument("--body-timeout", type=float, default=limits.body_timeout_s, help="s between body pieces")
+    p.add_argument("--max-connections", type=int, default=limits.max_connections, help="default %(default)s")
+    drain = p.add_argument_group(
+        "drain", "watch the instance metadata and drain on a notice (gguf_serve/container/hop/drain.py)"
+    )
+    drain.add_argument("--drain-imds", metavar="URL", help="IMDS base URL, e.g. http://169.254.169.254 (off without)")
+    drain.add_argument(
+        "--drain-deadline", type=float, default=DrainSettings.deadline_s, help="s a lifecycle drain waits for streams"
+    )
+    drain.add_argument("--drain-hook", help="termination lifecycle hook to heartbeat and complete (none without)")
+    drain.add_argument("--region", help="AWS region for the lifecycle calls and the drain's metrics")
+    drain.add_argument("--namespace", help="CloudWatch namespace for the drain's counts (log only without)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every request line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s gguf-serve-hop %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    gpu = None if args.gpu_metrics == "off" else GpuReader(args.nvidia_smi)
+    limits = Limits(
+        max_body_bytes=int(args.max_body_mib * MIB),
+        idle_timeout_s=args.idle_timeout,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_connections=args.max_connections,
+    )
+    _raise_open_files(limits.max_connections)
+    try:
+        admission = _admission(args)
+        drainer = None
+        if args.drain_imds:
+            drainer = Drainer(
+                DrainSettings(
+                    imds_url=args.drain_imds,
+                    deadline_s=args.drain_deadline,
+                    hook=args.drain_hook,
+                    region=args.region,
+                    namespace=args.namespace,
+                )
+            )
+        server = ProxyServer(
+            args.listen,
+            args.upstream,
+            gpu=gpu,
+            upstream_timeout_s=args.upstream_timeout,
+            limits=limits,
+            admission=admission,
+            drainer=drainer,
+        )
+    except (ValueError, OSError) as e:
+        print(f"gguf-serve-hop: {e}", file=sys.stderr)
+        return 2
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    host, port = server.server_address[:2]
+    gpu_text = f"GPU gauges from {gpu.binary}" if gpu and gpu.binary else "no GPU gauges"
+    shed = f"429 past {admission.limit} in flight" if admission.limit else "no admission limit"
+    watch = f"drain on IMDS notices ({args.drain_imds})" if drainer else "no drain watch"
+    logging.getLogger("gguf-serve-hop").info(
+        "listening on %s:%s, upstream %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, watch
+    )
+    with server:
+        server.serve_forever()
+    return 0
+
+
+def _admission(args: argparse.Namespace) -> Admission:
+    slots, queue = args.slots, args.queue_per_slot
+    if args.spec:
+        from gguf_serve.container.spec import RuntimeSpec, RuntimeSpecError
+
+        try:
+            spec = RuntimeSpec.load(args.spec)
+        except RuntimeSpecError as e:
+            raise ValueError(str(e)) from None
+        slots = slots or spec.server.parallel
+        queue = spec.server.queue_per_slot if queue is None else queue
+    if (slots is not None and slots < 1) or (queue is not None and queue < 0):
+        raise ValueError(f"--slots must be at least 1 and --queue-per-slot at least 0, got {slots} and {queue}")
+    return Admission(slots=slots or 1, queue_per_slot=queue)
+
+
+def _raise_open_files(connections: int) -> None:
+    """Room for every client connection and its upstream one: the soft limit up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * connections + 64
+    if soft != resource.RLIM_INFINITY and soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

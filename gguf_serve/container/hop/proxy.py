@@ -1,0 +1,776 @@
+"""The hop: an asyncio HTTP/1.1 reverse proxy in front of llama-server, parsing both sides with h11.
+
+One event loop serves every connection: an idle or half-sent connection costs a coroutine and a few KiB, not a
+thread. h11 (RFC 9112, pure Python) frames requests and upstream responses; on top of it the hop refuses what
+would be ambiguous to forward (Content-Length with Transfer-Encoding, a target that is not origin-form) and
+bounds what a client can hold: header, body and idle timeouts, a body cap answered with 413, a connection cap
+that evicts the longest-idle connection first. Request bodies stream to llama-server piece by piece and answers
+stream back the same way (TCP_NODELAY), so an SSE stream reaches the client token by token. Headers, the
+Authorization header included, go upstream unchanged and are never logged: llama-server checks the API key.
+
+Admission: past `slots * (1 + queue_per_slot)` slot-taking requests in flight, the hop answers 429 with
+Retry-After instead of queueing without bound. GET /health is answered within `health_timeout_s` whatever the
+load; GET /metrics is llama-server's own /metrics (with the caller's key) followed by the hop's families.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import h11
+
+from gguf_serve.container.hop.drain import Drainer, DrainState
+from gguf_serve.container.hop.gpu import GpuReader
+from gguf_serve.container.hop.metrics import RequestMetrics, RequestRecord, SseTokenScanner
+
+log = logging.getLogger("gguf-serve-hop")
+
+GENERATION_PATHS = frozenset(
+    {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/completion"}
+)
+# POST routes of llama-server (tools/server/server.cpp) that take a slot: these count against admission.
+SLOT_PATHS = GENERATION_PATHS | frozenset(
+    {"/v1/responses", "/responses", "/v1/messages", "/infill", "/embedding", "/embeddings", "/v1/embeddings",
+     "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/v1/audio/transcriptions", "/audio/transcriptions"}
+)  # fmt: skip
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
+     b"transfer-encoding", b"upgrade", b"host", b"expect", b"proxy-connection"}
+)  # fmt: skip
+MAX_KEPT_BODY = 8 * 1024 * 1024  # a non-streamed answer is read for its timings up to this size
+MAX_METRICS_BODY = 16 * 1024 * 1024
+DRAIN_ON_REFUSAL = 1024 * 1024  # a refused request's body up to this is read and dropped to keep the connection
+READ_SIZE = 65536
+_HEAD_END = re.compile(rb"\r?\n\r?\n")  # where h11 ends a request head (it accepts bare LF line ends too)
+_LINE_END = re.compile(rb"\r?\n")
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+HEALTH_ALIVE_S = 10.0  # upstream bytes this recent stand for a /health that llama-server did not answer in time
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client can hold. Times in seconds, sizes in bytes."""
+
+    max_body_bytes: int = 64 * 1024 * 1024  # larger request bodies get 413 (a long prompt is a few MiB of JSON)
+    max_header_bytes: int = 32 * 1024  # request line and headers; more gets 431
+    header_timeout_s: float = 10.0  # from a request's first byte to the end of its headers
+    body_timeout_s: float = 30.0  # between two pieces of a request body
+    idle_timeout_s: float = 620.0  # keep-alive between requests: above the ALB's 600 s idle timeout
+    send_timeout_s: float = 120.0  # a client that takes no bytes for this long is gone
+    max_connections: int = 4096  # past it, the longest-idle connection is closed for the new one
+    connect_timeout_s: float = 5.0
+    health_timeout_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Slot-taking requests in flight beyond slots * (1 + queue_per_slot) are shed with 429."""
+
+    slots: int = 1
+    queue_per_slot: int | None = None  # None: never shed
+    retry_after_s: int = 2
+
+    @property
+    def limit(self) -> int | None:
+        return None if self.queue_per_slot is None else self.slots * (1 + self.queue_per_slot)
+
+
+def error_body(status: int, message: str, kind: str, code: str | None = None) -> bytes:
+    """llama-server's error shape, which is OpenAI's ({"error": {"message", "type", "code"}})."""
+    return json.dumps({"error": {"code": code or status, "message": message, "type": kind, "param": None}}).encode()
+
+
+class ProxyServer:
+    """Binds at construction (errors surface there); `serve_forever` runs the loop in the calling thread."""
+
+    def __init__(
+        self,
+        listen: tuple[str, int],
+        upstream: str,
+        *,
+        metrics: RequestMetrics | None = None,
+        gpu: GpuReader | None = None,
+        upstream_timeout_s: float = 900.0,
+        limits: Limits | None = None,
+        admission: Admission | None = None,
+        drainer: Drainer | None = None,
+    ) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
+        self.upstream_host = parts.hostname
+        self.upstream_port = parts.port or 80
+        self.upstream_netloc = parts.netloc
+        self.metrics = metrics or RequestMetrics()
+        self.gpu = gpu
+        self.upstream_timeout_s = upstream_timeout_s
+        self.limits = limits or Limits()
+        self.admission = admission or Admission()
+        self.metrics.admission_limit = self.admission.limit
+        self.in_flight = 0  # slot-taking requests admitted and not finished
+        self.drainer = drainer  # watches IMDS and drains on a notice (gguf_serve/container/hop/drain.py)
+        self.drain: DrainState | None = None  # once set, new slot-taking requests get 503 until the process ends
+        self.last_upstream_byte = 0.0  # time.monotonic() of the last byte read from llama-server
+        self._connections: dict[_Connection, None] = {}  # insertion order: the oldest first
+        self._sock = socket.create_server(listen, backlog=1024, reuse_port=False)
+        self.server_address = self._sock.getsockname()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._finished = threading.Event()
+
+    def __enter__(self) -> ProxyServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server_close()
+
+    def serve_forever(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        finally:
+            self._finished.set()
+
+    def shutdown(self) -> None:
+        """From another thread: stop serving and wait for serve_forever to return."""
+        if not self._started.wait(10) or self._loop is None or self._stop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._finished.wait(10)
+
+    def server_close(self) -> None:
+        self._sock.close()
+
+    def begin_drain(self, reason: str, deadline: float) -> DrainState:
+        """From the loop: stop taking requests; the ones admitted run on. `deadline` is a time.time()."""
+        if self.drain is None:
+            self.drain = DrainState(reason, deadline, running_at_start=self.in_flight)
+            left = deadline - time.time()
+            log.info("draining (%s): %d streams running, %.0f s to the deadline", reason, self.in_flight, left)
+        return self.drain
+
+    def end_drain(self) -> DrainState | None:
+        """Close the drain's books: what still runs now is counted as cut. New requests are still refused."""
+        drain = self.drain
+        if drain is not None and not drain.done:
+            drain.cut, drain.ended = self.in_flight, time.time()
+        return drain
+
+    def resume(self) -> None:
+        """From the loop: back in service (the group returned it from Standby): take requests again."""
+        if self.drain is not None:
+            log.info("serving again after the drain (%s)", self.drain.reason)
+        self.drain = None
+
+    def hop_exposition(self) -> str:
+        self.metrics.connections = len(self._connections)
+        self.metrics.in_flight = self.in_flight
+        self.metrics.draining = self.drain is not None
+        if self.drain is not None and self.drain.cut is not None:
+            self.metrics.drain_cut = self.drain.cut
+        return self.metrics.exposition() + (self.gpu.exposition() if self.gpu else "")
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._accept, sock=self._sock, limit=READ_SIZE)
+        watch = asyncio.create_task(self.drainer.run(self)) if self.drainer is not None else None
+        self._started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            server.close()
+            if watch is not None:
+                watch.cancel()
+            tasks = [c.task for c in self._connections if c.task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if len(self._connections) >= self.limits.max_connections:
+            idle = next((c for c in self._connections if c.idle), None)
+            if idle is None:  # every connection is mid-request: refuse this one rather than grow
+                writer.close()
+                return
+            idle.close()
+        conn = _Connection(self, reader, writer)
+        conn.task = asyncio.current_task()
+        self._connections[conn] = None
+        try:
+            await conn.run()
+        finally:
+            self._connections.pop(conn, None)
+
+
+class _ClientGone(Exception):
+    """The client closed, reset or stopped reading."""
+
+
+class _Refused(Exception):
+    """A request the hop answers itself with an error, never forwarded."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class _Connection:
+    """One client connection: requests one after another (h11 keeps pipelined bytes until the cycle ends)."""
+
+    def __init__(self, server: ProxyServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.reader = reader
+        self.writer = writer
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
+        self.idle = True
+        self.task: asyncio.Task[Any] | None = None
+        self.peer_eof = False
+        self.head_only = False  # the current request is HEAD: answers carry no body
+        self._read: asyncio.Future[bytes] | None = None
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.writer.transport.abort()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                self.idle = True
+                try:
+                    event = await self._next_request()
+                except h11.RemoteProtocolError as e:
+                    await self._refuse(e.error_status_hint, f"bad request: {e}")
+                    return
+                if not isinstance(event, h11.Request):
+                    return
+                self.idle = False
+                await self._handle(event)
+                if self.h11.our_state is h11.DONE and self.h11.their_state is h11.SEND_BODY:
+                    await self._drain_body(DRAIN_ON_REFUSAL)  # answered without its body (/health, a 429)
+                if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+                    return
+                self.h11.start_next_cycle()
+        except (_ClientGone, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        except h11.LocalProtocolError as e:
+            log.warning("connection ended: %s", e)
+        finally:
+            if self.h11.our_state is h11.ERROR:
+                self.writer.transport.abort()
+            else:
+                if self.h11.their_state not in (h11.DONE, h11.IDLE, h11.CLOSED) and not self.peer_eof:
+                    await self._linger()
+                self.writer.close()
+            if self._read is not None:
+                self._read.cancel()
+
+    async def _linger(self, seconds: float = 2.0, most: int = 4 * 1024 * 1024) -> None:
+        """After an answer to a request whose body is still arriving (413, 429, 408): half-close and drop what
+        comes for a moment, so that the client reads the answer before the close resets the connection."""
+        end, dropped = time.monotonic() + seconds, 0
+        with contextlib.suppress(Exception):
+            self.writer.write_eof()
+            while dropped < most and (left := end - time.monotonic()) > 0:
+                read, self._read = self._read or asyncio.ensure_future(self.reader.read(READ_SIZE)), None
+                done, _ = await asyncio.wait({read}, timeout=left)
+                if not done:
+                    read.cancel()
+                    return
+                data = read.result()
+                if not data:
+                    return
+                dropped += len(data)
+
+    async def _receive(self, timeout: float, size: int = READ_SIZE) -> None:
+        """Feed h11 the next bytes. The read outlives a timeout or a cancelled caller and is picked up by the next
+        call: cancelling a read that already got bytes would lose them (asyncio.wait_for's race)."""
+        if self._read is None:
+            self._read = asyncio.ensure_future(self.reader.read(size))
+        done, _ = await asyncio.wait({self._read}, timeout=timeout)
+        if not done:
+            raise TimeoutError
+        read, self._read = self._read, None
+        try:
+            data = read.result()
+        except (ConnectionError, OSError) as e:
+            raise _ClientGone(str(e)) from None
+        if not data:
+            self.peer_eof = True
+        self.h11.receive_data(data)
+
+    async def _next_request(self) -> h11.Request | h11.ConnectionClosed:
+        """The next request head: idle_timeout_s for its first byte, then header_timeout_s for all of it."""
+        deadline = None
+        while True:
+            if self.h11.their_state is h11.IDLE and _repeated_length(self.h11.trailing_data[0]):
+                await self._refuse_unparsed(400, "bad request: more than one Content-Length")
+                raise _ClientGone("repeated Content-Length")
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                if deadline is None and self.h11.trailing_data[0]:
+                    deadline = time.monotonic() + self.limits.header_timeout_s
+                wait = self.limits.idle_timeout_s if deadline is None else deadline - time.monotonic()
+                if wait <= 0:
+                    await self._refuse(408, "request headers not complete in time")
+                    raise _ClientGone("header timeout")
+                # h11 checks its limit on incomplete heads only: never read past it, so that a bigger head is one
+                room = self.limits.max_header_bytes + 1 - len(self.h11.trailing_data[0])
+                try:
+                    await self._receive(wait, size=max(1, room))
+                except TimeoutError:
+                    if deadline is not None:
+                        await self._refuse(408, "request headers not complete in time")
+                    raise _ClientGone("timeout") from None
+                continue
+            if isinstance(event, h11.Request | h11.ConnectionClosed):
+                return event
+            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}", error_status_hint=400)
+
+    async def _send(self, event: h11.Event) -> None:
+        data = self.h11.send(event)
+        if data:
+            self.writer.write(data)
+            try:
+                await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
+            except (ConnectionError, OSError, TimeoutError) as e:
+                raise _ClientGone(str(e) or type(e).__name__) from None
+
+    async def _reply(
+        self, status: int, body: bytes, content_type: bytes = b"application/json", extra: Iterable = ()
+    ) -> None:
+        headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *extra]
+        await self._send(h11.Response(status_code=status, headers=headers))
+        if not self.head_only:
+            await self._send(h11.Data(data=body))
+        await self._send(h11.EndOfMessage())
+
+    async def _refuse(self, status: int, message: str, *, close: bool = True, extra: Iterable = ()) -> None:
+        """An error answer the hop writes itself; with close, the connection ends after it."""
+        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        kind = {429: "rate_limit_error", 503: "unavailable_error"}.get(status, "invalid_request_error")
+        headers = [(b"connection", b"close")] if close else []
+        with contextlib.suppress(_ClientGone, h11.LocalProtocolError):
+            await self._reply(status, error_body(status, message, kind), extra=[*headers, *extra])
+
+    async def _refuse_unparsed(self, status: int, message: str) -> None:
+        """An error answer to a head h11 has not parsed (so it cannot frame it), then close after a linger."""
+        body = error_body(status, message, "invalid_request_error")
+        reason = {400: b"Bad Request"}.get(status, b"Error")
+        self.writer.write(
+            b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
+            % (status, reason, len(body), body)
+        )
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
+        await self._linger()
+
+    async def _drain_body(self, limit: int) -> bool:
+        """Read and drop the request body up to `limit` bytes; True when it ended there."""
+        seen = 0
+        while seen <= limit:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                if self.peer_eof:
+                    return False
+                try:
+                    await self._receive(self.limits.body_timeout_s)
+                except TimeoutError:
+                    return False
+            elif isinstance(event, h11.Data):
+                seen += len(event.data)
+            else:
+                return isinstance(event, h11.EndOfMessage)
+        return False
+
+    async def _handle(self, request: h11.Request) -> None:
+        started = time.monotonic()
+        self.head_only = request.method == b"HEAD"
+        try:
+            route, length, chunked = self._check(request)
+        except _Refused as e:
+            await self._refuse(e.status, e.message)
+            return
+        method = request.method.decode("ascii")
+        server = self.server
+        if method == "GET" and route in ("/health", "/v1/health"):
+            await self._health(request)
+            return
+        slot = method == "POST" and route in SLOT_PATHS
+        measured = method == "POST" and route in GENERATION_PATHS
+        record = RequestRecord(started) if measured else None
+        if slot and server.drain is not None:  # leaving: another instance takes the retry
+            server.drain.refused += 1
+            server.metrics.drain_refused += 1
+            reason = f"this instance is draining ({server.drain.reason}); retry, another instance will answer"
+            await self._refuse_slot(503, reason, record, length)
+            return
+        limit = server.admission.limit
+        if slot and limit is not None and server.in_flight >= limit:
+            server.metrics.shed += 1
+            reason = f"llama-server has {server.in_flight} requests for {server.admission.slots} slots; retry later"
+            await self._refuse_slot(429, reason, record, length)
+            return
+        if slot:
+            server.in_flight += 1
+        exchange = _Exchange(self, request, route, chunked, record)
+        try:
+            await exchange.run()
+        finally:
+            if slot:
+                server.in_flight -= 1
+                drain = server.drain
+                if drain is not None and not drain.done:  # admitted before the drain began
+                    if exchange.completed:
+                        drain.finished += 1
+                    else:
+                        drain.broken += 1
+
+    def _check(self, request: h11.Request) -> tuple[str, int | None, bool]:
+        """(route as llama-server matches it, Content-Length, chunked), or _Refused for what is not forwarded."""
+        target = request.target
+        if not target.startswith(b"/"):
+            raise _Refused(400, "the request target must be a path (origin-form)")
+        lengths = [v for n, v in request.headers if n == b"content-length"]
+        chunked = any(n == b"transfer-encoding" for n, _ in request.headers)
+        if lengths and chunked:  # RFC 9112 6.1: a proxy must not forward such a request; llama-server reads both
+            raise _Refused(400, "Content-Length together with Transfer-Encoding")
+        length = int(lengths[0]) if lengths else None  # h11 took digits only and equal duplicates as one
+        if length is not None and length > self.limits.max_body_bytes:
+            raise _Refused(413, f"request body of {length} bytes; the hop takes at most {self.limits.max_body_bytes}")
+        # cpp-httplib routes on the part before '#' and '?', percent-decoded (decode_path_component)
+        path = target.split(b"#", 1)[0].split(b"?", 1)[0].decode("latin-1")
+        return unquote(path, errors="replace"), length, chunked
+
+    async def _refuse_slot(self, status: int, reason: str, record: RequestRecord | None, length: int | None) -> None:
+        """A request that would take a slot, refused with Retry-After (503 draining, 429 over admission): counted
+        in the request metrics, and the connection kept when its small body can be read past."""
+        if record is not None:
+            record.status = status
+            self.server.metrics.observe(record)
+        keep = length is not None and length <= DRAIN_ON_REFUSAL and await self._drain_body(DRAIN_ON_REFUSAL)
+        retry = [(b"retry-after", b"%d" % self.server.admission.retry_after_s)]
+        await self._refuse(status, reason, close=not keep, extra=retry)
+
+    async def _health(self, request: h11.Request) -> None:
+        """llama-server's own /health when it answers in time; otherwise an answer from what the hop saw."""
+        server = self.server
+        if server.drain is not None:  # the target group's health check: stop choosing this instance
+            await self._reply(
+                503,
+                error_body(503, f"draining ({server.drain.reason})", "unavailable_error"),
+                extra=[(b"retry-after", b"%d" % server.admission.retry_after_s)],
+            )
+            return
+        try:
+            status, headers, body = await asyncio.wait_for(
+                _fetch(server, request, limit=65536), self.limits.health_timeout_s
+            )
+        except (TimeoutError, OSError, h11.ProtocolError) as e:
+            alive = time.monotonic() - server.last_upstream_byte < HEALTH_ALIVE_S
+            log.debug("upstream /health: %s; upstream %s", type(e).__name__, "streaming" if alive else "silent")
+            if alive:  # busy answering others: the HTTP threads are taken, the model is loaded
+                await self._reply(200, b'{"status":"ok"}')
+            else:
+                await self._reply(503, error_body(503, "llama-server did not answer /health", "unavailable_error"))
+            return
+        await self._relay_whole(status, headers, body)
+
+    async def _relay_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        kept = [(n, v) for n, v in headers if n.lower() not in HOP_BY_HOP and n.lower() != b"content-length"]
+        await self._send(h11.Response(status_code=status, headers=[*kept, (b"content-length", b"%d" % len(body))]))
+        if body:
+            await self._send(h11.Data(data=body))
+        await self._send(h11.EndOfMessage())
+
+
+def _repeated_length(buffered: bytes) -> bool:
+    """More than one Content-Length field in the complete request head at the start of `buffered`.
+
+    h11 collapses equal values into one (RFC 9112 6.3 (5) allows it) and refuses unequal ones; the hop refuses
+    both: a repeated length is what a smuggling attempt sends, and no legitimate client does.
+    """
+    end = _HEAD_END.search(buffered)
+    if end is None:
+        return False
+    fields = _LINE_END.split(buffered[: end.start()])[1:]
+    return sum(1 for f in fields if f.partition(b":")[0].lower() == b"content-length") > 1
+
+
+def _forwarded_headers(server: ProxyServer, request: h11.Request, chunked: bool) -> list[tuple[bytes, bytes]]:
+    headers = [(b"Host", server.upstream_netloc.encode())]
+    headers += [(n, v) for n, v in request.headers.raw_items() if n.lower() not in HOP_BY_HOP]
+    if chunked:
+        headers.append((b"Transfer-Encoding", b"chunked"))
+    return headers
+
+
+async def _open_upstream(server: ProxyServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(server.upstream_host, server.upstream_port, limit=READ_SIZE),
+        server.limits.connect_timeout_s,
+    )
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return reader, writer
+
+
+async def _fetch(server: ProxyServer, request: h11.Request, *, limit: int) -> tuple[int, list, bytes]:
+    """A bodiless request to llama-server with the caller's headers; the whole answer, up to `limit` bytes."""
+    reader, writer = await _open_upstream(server)
+    try:
+        up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        head = h11.Request(
+            method=request.method, target=request.target, headers=_forwarded_headers(server, request, False)
+        )
+        writer.write(up.send(head) + up.send(h11.EndOfMessage()))
+        status, headers, body = 0, [], bytearray()
+        while True:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(READ_SIZE)
+                up.receive_data(data)
+            elif isinstance(event, h11.Response):
+                status, headers = event.status_code, list(event.headers.raw_items())
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > limit:
+                    raise h11.RemoteProtocolError(f"upstream answer over {limit} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                return status, headers, bytes(body)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed without an answer")
+    finally:
+        writer.transport.abort()
+
+
+class _Exchange:
+    """One forwarded request: the body streams up while the answer streams back; either side leaving ends both."""
+
+    def __init__(
+        self, conn: _Connection, request: h11.Request, route: str, chunked: bool, record: RequestRecord | None
+    ) -> None:
+        self.conn = conn
+        self.server = conn.server
+        self.request = request
+        self.route = route
+        self.chunked = chunked
+        self.record = record
+        self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self.head_sent = False
+        self._up_read: asyncio.Future[bytes] | None = None
+        self.completed = False  # the whole answer reached the client
+
+    async def run(self) -> None:
+        server, conn = self.server, self.conn
+        try:
+            reader, writer = await _open_upstream(server)
+        except (OSError, TimeoutError) as e:
+            log.warning("upstream %s unreachable: %s", server.upstream_netloc, e or type(e).__name__)
+            self._observe(502)
+            await conn._refuse(502, "llama-server is not reachable", close=True)
+            return
+        body = asyncio.create_task(self._pump_body(writer))
+        try:
+            await self._relay(reader, body)
+        except _ClientGone as e:
+            if self.record is not None:
+                self.record.client_closed = True
+            log.debug("client left during the answer: %s", e)
+        except (OSError, TimeoutError, h11.RemoteProtocolError) as e:
+            log.warning("upstream answer broke off: %s: %s", type(e).__name__, e)
+            if self.head_sent:
+                conn.writer.transport.abort()  # no final chunk: the client sees a cut answer, not a complete one
+                self._observe("upstream_closed")
+            else:
+                self._observe(502)
+                await conn._refuse(502, "llama-server closed the connection without an answer")
+        finally:
+            body.cancel()
+            with contextlib.suppress(BaseException):
+                await body
+            if self._up_read is not None:
+                self._up_read.cancel()
+            writer.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
+        if self.record is not None and self.record.finished is None:
+            self.record.finished = time.monotonic()
+            self.server.metrics.observe(self.record)
+
+    def _observe(self, status: int | str) -> None:
+        if self.record is not None and self.record.finished is None:
+            self.record.status = status  # type: ignore[assignment]
+            self.record.finished = time.monotonic()
+            self.server.metrics.observe(self.record)
+
+    async def _pump_body(self, writer: asyncio.StreamWriter) -> None:
+        """Request head and body to llama-server as the client sends them; then watch for the client leaving."""
+        conn, up, limits = self.conn, self.up, self.conn.limits
+        head = h11.Request(
+            method=self.request.method,
+            target=self.request.target,
+            headers=_forwarded_headers(self.server, self.request, self.chunked),
+        )
+        writer.write(up.send(head))
+        sent = 0
+        while True:
+            event = conn.h11.next_event()
+            if event is h11.NEED_DATA:
+                if conn.h11.they_are_waiting_for_100_continue:
+                    await conn._send(h11.InformationalResponse(status_code=100, headers=[]))
+                if conn.peer_eof:
+                    raise _ClientGone("the client closed mid-body")
+                try:
+                    await conn._receive(limits.body_timeout_s)
+                except TimeoutError:
+                    raise _ClientGone("request body timeout") from None
+                continue
+            if isinstance(event, h11.Data):
+                sent += len(event.data)
+                if sent > limits.max_body_bytes:
+                    raise _Refused(413, "request body over the limit")
+                writer.write(up.send(h11.Data(data=event.data)))
+                await writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                writer.write(up.send(h11.EndOfMessage()))
+                await writer.drain()
+                break
+            else:
+                raise _ClientGone(f"unexpected {type(event).__name__}")
+        # The body is in. A read that ends (EOF or reset) means the client left: stop the answer, free the slot.
+        while not conn.peer_eof and len(conn.h11.trailing_data[0]) <= limits.max_header_bytes:
+            try:
+                await conn._receive(limits.idle_timeout_s)
+            except TimeoutError:
+                continue
+        if conn.peer_eof:
+            raise _ClientGone("the client closed while waiting for the answer")
+
+    async def _relay(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+        conn, up, server, record = self.conn, self.up, self.server, self.record
+        metrics_route = self.request.method == b"GET" and self.route == "/metrics"
+        scanner: SseTokenScanner | None = None
+        kept: bytearray | None = None
+        while True:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                data = await self._read_upstream(reader, body)
+                up.receive_data(data)
+                continue
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                if metrics_route:
+                    await self._metrics(event, reader, body)
+                    return
+                headers = [(n, v) for n, v in event.headers.raw_items() if n.lower() not in HOP_BY_HOP]
+                if record is not None:
+                    record.status = event.status_code
+                    ctype = event.headers and dict(event.headers).get(b"content-type", b"")
+                    record.stream = bool(ctype) and ctype.startswith(b"text/event-stream")
+                    scanner = SseTokenScanner(record) if record.stream else None
+                    kept = bytearray() if not record.stream and event.status_code == 200 else None
+                await conn._send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
+                self.head_sent = True
+            elif isinstance(event, h11.Data):
+                if scanner is not None:
+                    scanner.feed(event.data, time.monotonic())
+                elif kept is not None and len(kept) + len(event.data) <= MAX_KEPT_BODY:
+                    kept += event.data
+                await conn._send(h11.Data(data=event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                if record is not None:
+                    record.finished = time.monotonic()
+                    if kept is not None:
+                        record.timings = _timings(bytes(kept))
+                # llama-server may answer before the body is in: then the client's h11 is not DONE and run() closes
+                await conn._send(h11.EndOfMessage())
+                self.completed = True
+                if record is not None:
+                    server.metrics.observe(record)
+                return
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed")
+
+    async def _read_upstream(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> bytes:
+        """The next bytes from llama-server, or what ended the body pump (the client left, a 413)."""
+        if self._up_read is None:
+            self._up_read = asyncio.ensure_future(reader.read(READ_SIZE))
+        read = self._up_read
+        waiting: set[asyncio.Future[Any]] = {read} if body.done() else {read, body}
+        done, _ = await asyncio.wait(
+            waiting, timeout=self.server.upstream_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if read not in done:
+            if body in done:
+                error = body.exception()
+                if isinstance(error, h11.RemoteProtocolError):  # a malformed chunked body
+                    error = _Refused(400, f"bad request body: {error}")
+                if isinstance(error, _Refused):
+                    self._observe(error.status)
+                    if not self.head_sent:
+                        await self.conn._refuse(error.status, error.message)
+                    raise _ClientGone(error.message)
+                if error is not None:
+                    raise error if isinstance(error, _ClientGone) else _ClientGone(str(error))
+                return await self._read_upstream(reader, body)
+            raise TimeoutError(f"no byte from llama-server in {self.server.upstream_timeout_s} s")
+        self._up_read = None
+        data = read.result()
+        if data:
+            self.server.last_upstream_byte = time.monotonic()
+        return data
+
+    async def _metrics(self, response: h11.Response, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+        up, conn = self.up, self.conn
+        parts = bytearray()
+        while True:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                up.receive_data(await self._read_upstream(reader, body))
+            elif isinstance(event, h11.Data):
+                parts += event.data
+                if len(parts) > MAX_METRICS_BODY:
+                    raise h11.RemoteProtocolError("upstream /metrics too large")
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed")
+        headers = list(response.headers.raw_items())
+        payload = bytes(parts)
+        if response.status_code == 200:  # 401 without the key, 503 while loading: llama-server's answer as it is
+            hop = await asyncio.to_thread(self.server.hop_exposition)  # nvidia-smi may take a while
+            payload = payload.rstrip(b"\n") + b"\n" + hop.encode()
+            if not any(n.lower() == b"content-type" for n, _ in headers):
+                headers.append((b"Content-Type", METRICS_CONTENT_TYPE.encode()))
+        self.head_sent = True  # from here an error cannot become a 502 cleanly
+        await conn._relay_whole(response.status_code, headers, payload)
+
+
+def _timings(body: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    timings = doc.get("timings") if isinstance(doc, dict) else None
+    return timings if isinstance(timings, dict) else None

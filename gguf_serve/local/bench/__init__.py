@@ -1,0 +1,1 @@
+"""Benchmark, cost model and recommendation: the field report's method and tables as a CLI (`gguf-serve-bench`)."""

@@ -1,0 +1,3 @@
+from gguf_serve.local.bench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Read-only checks of an AWS account before the first `cdk deploy`: `gguf-serve-preflight [Stack ...]`."""

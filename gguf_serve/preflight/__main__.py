@@ -1,0 +1,3 @@
+from gguf_serve.preflight.cli import main
+
+raise SystemExit(main())

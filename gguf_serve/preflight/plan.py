@@ -1,0 +1,172 @@
+"""What the deploy will ask of the account, read from the same app `cdk synth` builds (no AWS calls here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gguf_serve.catalog.loader import PROFILES_DIR
+from gguf_serve.catalog.lookup import stack_models
+from stacks.app import build_app, cli_context
+from stacks.options import DEPLOY_CONFIG, load_options
+
+# Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
+# G and VT. L-1216C47A is shown by name in the AWS CLI User Guide's Service Quotas examples (docs.amazonaws.cn);
+# the others are the EC2 quota list's codes, not verified here: a wrong code answers NoSuchResourceException,
+# which the pre-flight reports as "could not check", never as a pass.
+STANDARD_ON_DEMAND = "L-1216C47A"
+G_AND_VT_ON_DEMAND = "L-DB2E81BA"
+STANDARD_SPOT = "L-34B43A08"
+G_AND_VT_SPOT = "L-3819A6DF"
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    stack_name: str
+    instance_type: str
+    architecture: str  # arm64 | x86_64, as DescribeImages reports it
+    ami_parameter: str
+    root_volume_gib: int  # 0: not planned yet (the model has no lock entry)
+    zones: tuple[str, ...]
+    vcpus: dict[str, int]  # create / update / scale_out
+    quota_code: str
+    build_images: tuple[tuple[str, str, str], ...]  # CodeBuild (environment type, image, compute type)
+    endpoint_services: tuple[str, ...]
+    bootstrap_version: int  # the lowest CDK bootstrap stack version the template accepts
+    functions: tuple[str, ...] = ()  # Lambda functions' logical ids (the image build's trigger, WakeDoor...)
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    region: str
+    stacks: tuple[StackPlan, ...]
+    refused: tuple[tuple[str, str], ...] = ()  # (stack, why) the CLI refuses; planned and checked all the same
+
+
+def deploy_plan(
+    stack_names: list[str] | None = None, context: dict[str, Any] | None = None, config_file: Path = DEPLOY_CONFIG
+) -> DeployPlan:
+    """The same app `cdk synth` builds (model lookups included), every wanted stack planned: one the CLI would
+    refuse is synthesized here without its error annotation, so what it needs of the account is checked too, and
+    its refusal is reported beside (in-process synthesis would fail the whole app on one annotated stack)."""
+    ctx = {**cli_context(), **(context or {})}
+    options = load_options(ctx, config_file)
+    stacks = stack_models(PROFILES_DIR)
+    unknown = set(stack_names or ()) - set(stacks)
+    if unknown:
+        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(stacks)}")
+    refusals: dict[str, str] = {}
+    app = build_app(ctx, config_file=config_file, stack_names=stack_names or list(stacks), refusals=refusals)
+    assembly = app.synth()
+    plans = []
+    unplanned = []
+    images: dict[str, tuple[tuple[str, str, str], ...]] = {}  # image target -> its CodeBuild environments
+    for stack in app.node.children:
+        name = getattr(stack, "stack_name", None)
+        profile = getattr(stack, "profile", None)  # as deployed: deploy options applied
+        if name is None:
+            continue
+        if profile is None:  # a model without any lock entry: no profile to plan a volume from
+            unplanned.append(name)
+            continue
+        template = assembly.get_stack_by_name(name).template
+        images[profile.image.name] = tuple(_build_images(template))
+        plans.append(
+            StackPlan(
+                stack_name=name,
+                instance_type=profile.hardware.instance_type,
+                architecture=profile.hardware.architecture.value,
+                ami_parameter=profile.hardware.ami_ssm_parameter,
+                root_volume_gib=profile.root_volume_gib,
+                zones=tuple(sorted(_zones(template))),
+                vcpus=profile.vcpu_plan(),
+                quota_code=_quota_code(profile.hardware.has_gpu, profile.fleet.spot),
+                build_images=tuple(_build_images(template)),
+                endpoint_services=tuple(sorted(_endpoint_services(template, options.region))),
+                bootstrap_version=_bootstrap_version(template),
+                functions=tuple(_functions(template)),
+            )
+        )
+    plans += [_unlocked_plan(name, options, ctx, images) for name in unplanned]
+    return DeployPlan(region=options.region, stacks=tuple(plans), refused=tuple(sorted(refusals.items())))
+
+
+def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: dict[str, Any]) -> StackPlan:
+    """What a stack whose model has no lock entry needs of the account, from its profile file without the model:
+    instance, AMI, zones and vCPUs, and its image build if another planned stack builds the same image target; the
+    volume is unknown (root_volume_gib 0) until the model is locked."""
+    import tomllib
+    from dataclasses import fields
+
+    from gguf_serve.catalog.fleet import FleetSettings
+    from gguf_serve.catalog.loader import load_hardware
+
+    path = next(p for p in sorted((PROFILES_DIR / "serving").glob("*.toml"))
+                if tomllib.loads(p.read_text()).get("stack") == stack_name)  # fmt: skip
+    doc = tomllib.loads(path.read_text())
+    hw = load_hardware(PROFILES_DIR / "hardware.toml")[doc["instance_type"]]
+    known = {f.name for f in fields(FleetSettings)}
+    fleet = FleetSettings(**{k: v for k, v in doc.get("fleet", {}).items() if k in known and not isinstance(v, list)})
+    spot = options.spot and not hw.has_gpu
+    warm = 0 if spot else fleet.warm_pool_size if options.warm_pool is None else options.warm_pool
+    zones = (ctx.get("pinned-availability-zones") or {}).get(options.region, [])[: fleet.max_azs]
+    return StackPlan(
+        stack_name=stack_name,
+        instance_type=hw.instance_type,
+        architecture=hw.architecture.value,
+        ami_parameter=hw.ami_ssm_parameter,
+        root_volume_gib=0,
+        zones=tuple(sorted(zones)),
+        vcpus={
+            "create": (fleet.min_capacity + warm) * hw.vcpus,
+            "update": (fleet.min_capacity + warm + fleet.rolling_batch) * hw.vcpus,
+            "scale_out": (fleet.max_capacity + warm) * hw.vcpus,
+        },
+        quota_code=_quota_code(hw.has_gpu, spot),
+        build_images=images.get(doc.get("image", ""), ()),
+        endpoint_services=(),
+        bootstrap_version=0,
+    )
+
+
+def _quota_code(gpu: bool, spot: bool) -> str:
+    if spot:
+        return G_AND_VT_SPOT if gpu else STANDARD_SPOT
+    return G_AND_VT_ON_DEMAND if gpu else STANDARD_ON_DEMAND
+
+
+def _resources(template: dict, kind: str) -> list[dict]:
+    return [r.get("Properties", {}) for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def _functions(template: dict) -> list[str]:
+    return sorted(name for name, r in template["Resources"].items() if r["Type"] == "AWS::Lambda::Function")
+
+
+def _zones(template: dict) -> set[str]:
+    return {s["AvailabilityZone"] for s in _resources(template, "AWS::EC2::Subnet")}
+
+
+def _build_images(template: dict) -> list[tuple[str, str, str]]:
+    envs = [p["Environment"] for p in _resources(template, "AWS::CodeBuild::Project")]
+    return sorted({(e["Type"], e["Image"], e["ComputeType"]) for e in envs if isinstance(e.get("Image"), str)})
+
+
+def _endpoint_services(template: dict, region: str) -> set[str]:
+    names = set()
+    for props in _resources(template, "AWS::EC2::VPCEndpoint"):
+        name = props["ServiceName"]
+        if isinstance(name, dict):  # {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}
+            parts = name["Fn::Join"][1]
+            name = "".join(region if p == {"Ref": "AWS::Region"} else p for p in parts)
+        names.add(name)
+    return names
+
+
+def _bootstrap_version(template: dict) -> int:
+    """The CheckBootstrapVersion rule lists the versions it refuses; one more than the highest is required."""
+    for assertion in template.get("Rules", {}).get("CheckBootstrapVersion", {}).get("Assertions", []):
+        refused = assertion["Assert"]["Fn::Not"][0]["Fn::Contains"][0]
+        return max(int(v) for v in refused) + 1
+    return 0

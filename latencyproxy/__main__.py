@@ -1,5 +1,0 @@
-import sys
-
-from latencyproxy.cli import main
-
-sys.exit(main())

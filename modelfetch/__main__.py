@@ -1,5 +1,0 @@
-import sys
-
-from modelfetch.cli import main
-
-sys.exit(main())

@@ -1,1 +1,0 @@
-"""Read-only checks of an AWS account before the first `cdk deploy`: `python -m preflight [Stack ...]`."""

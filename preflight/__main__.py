@@ -1,3 +1,0 @@
-from preflight.cli import main
-
-raise SystemExit(main())

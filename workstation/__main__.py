@@ -1,5 +1,0 @@
-import sys
-
-from workstation.cli import main
-
-sys.exit(main())

@@ -8,11 +8,13 @@ import resource
 import signal
 import sys
 import threading
+from pathlib import Path
 
+from gguf_serve.container.hop.auth import ApiKeys
 from gguf_serve.container.hop.drain import Drainer, DrainSettings
 from gguf_serve.container.hop.gpu import GpuReader
 from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
-from gguf_serve.container.names import SERVER_PORT, UPSTREAM_PORT
+from gguf_serve.container.names import API_KEY_ENV, SERVER_PORT, UPSTREAM_PORT
 
 MIB = 1024 * 1024
 
@@ -55,7 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--header-timeout", type=float, default=limits.header_timeout_s, help="s (default %(default)s)")
     p.add_argument("--body-timeout", type=float, default=limits.body_timeout_s, help="s between body pieces")
+    p.add_argument(
+        "--body-deadline", type=float, default=limits.body_deadline_s, help="s for a whole body (default %(default)s)"
+    )
     p.add_argument("--max-connections", type=int, default=limits.max_connections, help="default %(default)s")
+    key = p.add_argument_group(
+        "API key", "llama-server's key: a request without it is answered 401 here, never read, forwarded or admitted"
+    )
+    key.add_argument(
+        "--api-key-env-file", type=Path, help=f"file with a line {API_KEY_ENV}=... (the instance's; re-read on change)"
+    )
+    key.add_argument("--api-key-env", metavar="NAME", help=f"environment variable holding the key, e.g. {API_KEY_ENV}")
     drain = p.add_argument_group(
         "drain", "watch the instance metadata and drain on a notice (gguf_serve/container/hop/drain.py)"
     )
@@ -83,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         idle_timeout_s=args.idle_timeout,
         header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
+        body_deadline_s=args.body_deadline,
         max_connections=args.max_connections,
     )
-    _raise_open_files(limits.max_connections)
+    _raise_open_files(limits.max_connections + limits.overflow_connections)
     try:
         admission = _admission(args)
+        keys = _keys(args)
         drainer = None
         if args.drain_imds:
             drainer = Drainer(
@@ -107,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             limits=limits,
             admission=admission,
             drainer=drainer,
+            keys=keys,
         )
     except (ValueError, OSError) as e:
         print(f"gguf-serve-hop: {e}", file=sys.stderr)
@@ -118,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     gpu_text = f"GPU gauges from {gpu.binary}" if gpu and gpu.binary else "no GPU gauges"
     shed = f"429 past {admission.limit} in flight" if admission.limit else "no admission limit"
     watch = f"drain on IMDS notices ({args.drain_imds})" if drainer else "no drain watch"
+    auth = "401 without the API key" if keys else "no API key here (llama-server checks it; keyless requests admitted)"
     logging.getLogger("gguf-serve-hop").info(
-        "listening on %s:%s, upstream %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, watch
+        "listening on %s:%s, upstream %s, %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, auth, watch
     )
     with server:
         server.serve_forever()
@@ -142,10 +158,19 @@ def _admission(args: argparse.Namespace) -> Admission:
     return Admission(slots=slots or 1, queue_per_slot=queue)
 
 
+def _keys(args: argparse.Namespace) -> ApiKeys | None:
+    if args.api_key_env_file and args.api_key_env:
+        raise ValueError("give the API key one way: --api-key-env-file or --api-key-env")
+    if args.api_key_env_file:
+        return ApiKeys(env_file=args.api_key_env_file)
+    return ApiKeys.from_env(args.api_key_env) if args.api_key_env else None
+
+
 def _raise_open_files(connections: int) -> None:
-    """Room for every client connection and its upstream one: the soft limit up to the hard one."""
+    """Room for every client connection and its upstream one, and a burst of accepts: the soft limit up to the
+    hard one (asyncio accepts up to 100 connections per wake-up before a closed one's socket is released)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = 2 * connections + 64
+    want = 2 * connections + 100 + 64
     if soft != resource.RLIM_INFINITY and soft < want:
         target = want if hard == resource.RLIM_INFINITY else min(want, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -229,8 +229,9 @@ def fetch_file(
                     return _result(target, obj.size, spec.sha256, "s3", dl, t0, None, spec)
                 except DiskSpaceError:
                     raise
-                except FetchError as e:
-                    log.warning("S3 cache copy unusable (%s); fetching from ModelScope instead", e)
+                except Exception as e:  # noqa: BLE001 - whatever broke the cache read, ModelScope still has the file
+                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    log.warning("S3 cache copy unusable (%s); fetching from ModelScope instead", why)
 
         # 2. ModelScope.
         listed = listed or hub.describe(spec.repo, spec.revision, spec.file)

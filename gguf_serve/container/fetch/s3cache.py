@@ -146,7 +146,7 @@ class S3RangeSource:
         self.rate = rate or RatePolicy()
 
     def stream(self, start: int, end: int) -> Iterator[bytes]:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import ClientError
 
         try:
             resp = self.client.get_object(
@@ -154,8 +154,8 @@ class S3RangeSource:
             )
         except ClientError as e:
             raise _classify(e, self.obj) from e
-        except BotoCoreError as e:
-            raise TransientError(f"{type(e).__name__}: {e}") from e
+        except Exception as e:  # noqa: BLE001 - botocore's, urllib3's or the socket's: the network, retried
+            raise TransientError(f"s3://{self.obj.bucket}: {type(e).__name__}: {e}") from e
         body = resp["Body"]
         # read1 returns what has arrived; StreamingBody.read(n) would wait for all n bytes of a trickle.
         raw = getattr(body, "_raw_stream", None)
@@ -165,8 +165,8 @@ class S3RangeSource:
             while True:
                 try:
                     chunk = read(CHUNK)
-                except (BotoCoreError, OSError) as e:
-                    raise TransientError(f"{type(e).__name__}: {e}") from e
+                except Exception as e:  # noqa: BLE001 - urllib3's ProtocolError, ReadTimeoutError: not OSError, not botocore's
+                    raise TransientError(f"s3://{self.obj.bucket}: {type(e).__name__}: {e}") from e
                 if not chunk:
                     return
                 watch.add(len(chunk))

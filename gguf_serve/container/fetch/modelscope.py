@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import re
+import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,11 @@ log = logging.getLogger("gguf-serve-fetch")
 DEFAULT_ENDPOINT = "https://www.modelscope.cn"
 TOKEN_ENV = "MODELSCOPE_API_TOKEN"  # noqa: S105 - the name of the official SDK's variable, not a secret
 CHUNK = 1024 * 1024
-LISTING_MAX_BYTES = 64 * 1024 * 1024  # a repository listing is kilobytes; more is a broken or hostile server
+LISTING_MAX_BYTES = 16 * 1024 * 1024  # decoded; a repository listing is kilobytes: more is a broken or hostile server
+LISTING_DEADLINE_S = 120.0  # a whole listing read, whatever its pace (its minimum rate bounds each window only)
+# One content coding at most, decoded here with a bound (urllib3 < 2.6 decoded a chained `gzip, gzip, gzip`
+# without one: CVE-2025-66418 and CVE-2025-66471).
+DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 USER_AGENT = f"{PRODUCT}-fetch/1 ({PRODUCT})"  # model-neutral: the tool serves any GGUF
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _COMMIT = re.compile(r"[0-9a-fA-F]{40}")
@@ -125,12 +131,13 @@ class ModelScope:
     def _get_json(self, url: str, *, what: str) -> Any:
         try:
             r = self.pool.request(
-                "GET", url, headers=self.headers(), timeout=self.timeout, preload_content=False, decode_content=True
-            )
+                "GET", url, headers={**self.headers(), "Accept-Encoding": "gzip"}, timeout=self.timeout,
+                preload_content=False, decode_content=False,
+            )  # fmt: skip
         except (Urllib3Error, OSError) as e:
             raise TransientError(network_reason(e, self.host)) from e
         try:
-            data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what)
+            data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what, r.headers.get("Content-Encoding"))
         except BaseException:
             r.close()  # mid-body: the connection cannot carry another request
             raise
@@ -232,23 +239,53 @@ def parse_listing(body: Any, *, where: str) -> dict[str, ListedFile]:
     return out
 
 
-def _read_bounded(r: Any, limit: int, rate: RatePolicy, host: str, what: str) -> bytes:
-    """A whole (small) body, refused past `limit` bytes or under the minimum rate."""
-    watch = rate.watch(host)
+def _read_bounded(
+    r: Any, limit: int, rate: RatePolicy, host: str, what: str, encoding: str | None = None, deadline_s: float = 0
+) -> bytes:
+    """A whole (small) body, decoded here: refused past `limit` bytes (sent or decoded), under the minimum rate,
+    past `deadline_s` (LISTING_DEADLINE_S by default) in all, or with more than one content coding."""
+    codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip().lower() not in ("", "identity")]
+    if len(codings) > 1 or (codings and codings[0] not in DECODERS):
+        raise FetchError(f"{host} answered {what} with Content-Encoding {encoding!r}; a hub sends one coding at most")
+    decoder = zlib.decompressobj(DECODERS[codings[0]]) if codings else None
+    deadline_s = deadline_s or LISTING_DEADLINE_S
+    watch, end = rate.watch(host), time.monotonic() + deadline_s
     parts: list[bytes] = []
-    total = 0
+    sent = total = 0
     while True:
         try:
-            chunk = r.read1(CHUNK)
+            raw = r.read1(CHUNK)
         except (Urllib3Error, OSError) as e:
             raise TransientError(f"{host}: {type(e).__name__}: {e}") from e
-        if not chunk:
-            return b"".join(parts)
-        total += len(chunk)
-        if total > limit:
+        if time.monotonic() > end:
+            raise TransientError(f"{host} took more than {deadline_s:.0f} s to send {what}")
+        watch.add(len(raw))
+        sent += len(raw)
+        total += _inflate(decoder, raw, parts, limit - total, host, what) if decoder else len(raw)
+        if decoder is None:
+            parts.append(raw)
+        if total > limit or sent > limit:
             raise FetchError(f"{host} sent more than {limit // (1024 * 1024)} MiB for {what}; not a ModelScope answer")
-        watch.add(len(chunk))
-        parts.append(chunk)
+        if not raw:
+            return b"".join(parts)
+
+
+def _inflate(decoder: Any, data: bytes, out: list[bytes], room: int, host: str, what: str) -> int:
+    """Decode `data` into `out` a MiB at a time, never past room + 1 bytes whatever the ratio (a 275-byte body may
+    claim gigabytes); the bytes added."""
+    added = 0
+    try:
+        while added <= room:
+            want = min(room + 1 - added, CHUNK)  # never 0: zlib reads a max_length of 0 as "no limit"
+            piece = decoder.decompress(data, want)
+            out.append(piece)
+            added += len(piece)
+            data = decoder.unconsumed_tail
+            if not data and len(piece) < want:
+                break
+    except zlib.error as e:
+        raise FetchError(f"{host} sent {what} with a broken content coding ({e})") from None
+    return added
 
 
 def _check_range(status: int, content_range: str | None, start: int, end: int, size: int, label: str) -> None:

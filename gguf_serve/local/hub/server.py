@@ -63,6 +63,7 @@ class Faults:
     trickle_every_s: float | None = None  # hostile: file bodies go out one byte per this many seconds
     trickle_json_every_s: float | None = None  # hostile: the same for JSON answers (the listing)
     listed_sizes: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the size the listing claims
+    listing_encoded: tuple[str, bytes] | None = None  # hostile: the listing's answer is (Content-Encoding, these bytes)
 
 
 @dataclass
@@ -370,6 +371,15 @@ class _Handler(BaseHTTPRequestHandler):
             if not prefix or d.startswith(prefix + "/"):
                 entries.append({"Name": d.rsplit("/", 1)[-1], "Path": d, "Type": "tree", "Size": 0, "Sha256": ""})
         self._record("listing", 200)
+        if self.scope.faults.listing_encoded is not None:
+            encoding, raw = self.scope.faults.listing_encoded
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", encoding)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
         self._json(200, _envelope({"Files": entries, "LatestCommitter": {"CommitterName": "gguf-serve-hub"}}))
 
     def _revisions(self, repo: str) -> None:

@@ -30,6 +30,7 @@ from gguf_serve.catalog.images import IMAGE_TARGETS
 from gguf_serve.catalog.lockfile import LockedModel, read_lock
 from gguf_serve.catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
 from gguf_serve.catalog.models import ModelArtifact
+from gguf_serve.catalog.names import HUB_SHAPES
 from gguf_serve.catalog.profiles import ServingProfile
 from gguf_serve.container.server import ALL_LAYERS, ServerSettings, Speculative
 
@@ -201,7 +202,9 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
         where = _where(path, name)
         declared = {"revision": "master", **_table(table, where)}
         _only(declared, _DECLARED_MODEL, where)
-        for key in ("repo", "file"):  # before the lock is compared with them: a bad one is refused as itself
+        if not HUB_SHAPES["name"][0](name):
+            raise ProfileError(f"{where}: model name {name!r} is not allowed; allowed: {HUB_SHAPES['name'][1]}")
+        for key in ("repo", "file", "revision"):  # before the lock is compared with them: refused as themselves
             limits.check(ModelArtifact, key, declared.get(key), where)
         lock = locks.get(name)
         if lock is None:
@@ -243,7 +246,7 @@ _PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "ser
 
 def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
     doc = _toml(path)
-    name = path.stem
+    name = _profile_name(path)
     where = f"{path}"
     _only(doc, _PROFILE_KEYS, where)
     for key in ("instance_type", "model", "image"):
@@ -285,6 +288,15 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
         fleet=fleet,
         description=description,
     )
+
+
+def _profile_name(path: Path) -> str:
+    """A profile is named by its file: the name reaches an instance's boot script, so it holds hub characters only."""
+    test, allowed = HUB_SHAPES["name"]
+    if not test(path.stem):
+        raise ProfileError(f"{path}: the profile name {path.stem!r} (the file's name) is not allowed; rename the file "
+                           f"({allowed})")  # fmt: skip
+    return path.stem
 
 
 def _check_fleet(f: FleetSettings, where: str) -> None:
@@ -359,7 +371,13 @@ def load_workstation_profile(
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
     return ServingProfile(
-        name=path.stem, stack_name="", hardware=hw, model=model, server=server, image=image, description=description
+        name=_profile_name(path),
+        stack_name="",
+        hardware=hw,
+        model=model,
+        server=server,
+        image=image,
+        description=description,
     )
 
 

@@ -119,7 +119,7 @@ BLOCKS_35B = "embedding_length = 2048\nblock_count = 41"
         (HW, 'memory_gib = 32\ncpu = "AWS', 'memory_gib = -32\ncpu = "AWS',
          r'hardware.toml: instance."c8g.4xlarge".memory_gib: -32 is below the range; allowed: 0.5 to 32,768 GiB'),
         (GRAVITON, "[server]", "[server]\nport = 70000",
-         r"graviton-moe.toml: server.port: 70000 is above the range; allowed: 1 to 65,535 TCP port"),
+         r"graviton-moe.toml: server.port: 70000 is above the range; allowed: 1,024 to 65,535 TCP port"),
         (GRAVITON, "[server]", "[fleet]\nmax_capacity = 100000\n[server]",
          r"graviton-moe.toml: fleet.max_capacity: 100000 is above the range; allowed: 1 to 100 instances"),
         (GRAVITON, "[server]", "[fleet]\nmin_capacity = 5\nmax_capacity = 4\n[server]",
@@ -131,7 +131,7 @@ BLOCKS_35B = "embedding_length = 2048\nblock_count = 41"
         ("serving/gpu-mtp.toml", 'spec_type = "draft-mtp"', 'spec_type = "draft-mpt"',
          r"gpu-mtp.toml: server.speculative.spec_type: 'draft-mpt' is not allowed; allowed: 'draft-mtp'"),
         ("models.toml", 'repo = "unsloth/Qwen3.6-27B-MTP-GGUF"', 'repo = "Qwen3.6-27B-MTP-GGUF"',
-         r'models.toml: "Qwen3.6-27B".repo: \'Qwen3.6-27B-MTP-GGUF\' is not allowed; allowed: a ModelScope repo'),
+         r'models.toml: "Qwen3.6-27B".repo: \'Qwen3.6-27B-MTP-GGUF\' is not allowed; allowed: owner/name, each of letters'),
     ],
 )  # fmt: skip
 def test_a_value_out_of_range_says_file_key_what_is_wrong_and_what_is_allowed(

@@ -66,6 +66,7 @@ class Upstream(ThreadingHTTPServer):
         self.gate = threading.Event()  # the stream's second half waits for this
         self.pause_s = 0.0
         self.keyless_pause_s = 0.0  # llama-server busy: its 401 comes this late
+        self.tail_pause_s = 0.0  # after `data: [DONE]`, before the chunked body's end
         self.stream_closed = threading.Event()
         self.held = threading.Event()
         self.hold_closed = threading.Event()
@@ -150,6 +151,8 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             for p in [*later, *end]:
                 self._chunk(p)
                 time.sleep(0.02)
+            self.wfile.flush()
+            time.sleep(self.server.tail_pause_s)
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             self.server.stream_closed.set()

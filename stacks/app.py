@@ -20,7 +20,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from gguf_serve.catalog import ProfileError, ServingProfile
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
-from gguf_serve.catalog.lookup import resolve_locks, stack_models
+from gguf_serve.catalog.lookup import resolve_locks, stack_files, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
@@ -64,7 +64,10 @@ def build_app(
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
     resolution = resolve_locks(models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups)
-    built = {p.stack_name: p for p in load_catalog(lock_file=lock_file, skip_unlocked=True).profiles.values()}
+    # Tolerant: a model or profile that fails refuses its own stacks only; workstation profiles are no stacks.
+    catalog = load_catalog(PROFILES_DIR, lock_file=lock_file, skip_unlocked=True, tolerant=True, workstations=False)
+    built = {p.stack_name: p for p in catalog.profiles.values()}
+    files = stack_files(PROFILES_DIR)
     env = cdk.Environment(account=options.account, region=options.region)
     for stack_name, model in models.items():
         profile = built.get(stack_name)
@@ -85,7 +88,7 @@ def build_app(
                 debian_mirror=options.debian_mirror,
                 env=env,
             )
-        why = resolution.refused.get(model)
+        why = resolution.refused.get(model) or catalog.problems.get(str(files.get(stack_name)))
         if not why and profile is None:
             why = f"model {model} has no entry in {lock_file}; run `gguf-serve-catalog lock {model}`"
         refusal = f"{stack_name}: {why}" if why else deploy_refusal(profile) if profile else None
@@ -106,7 +109,7 @@ def model_lock_file(context_value: str | None = None) -> Path:
 def stack_profiles(lock: str | None = None) -> list[ServingProfile]:
     """The profiles that are stacks, from the committed lock or `-c modelLock=<file>`, as they stand (no lookup;
     a profile without a stack runs locally only: launcher local, workstations)."""
-    catalog = load_catalog(lock_file=model_lock_file(lock), skip_unlocked=True)
+    catalog = load_catalog(PROFILES_DIR, lock_file=model_lock_file(lock), skip_unlocked=True, workstations=False)
     return [p for p in catalog.profiles.values() if p.stack_name]
 
 

@@ -13,6 +13,7 @@ the same messages as gguf_serve.catalog.profiles' validation (memory fit, archit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tomllib
 import types
@@ -51,6 +52,7 @@ class Catalog:
         default_factory=dict
     )  # profiles/workstation/*.toml; never stacks
     unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
+    problems: dict[str, str] = field(default_factory=dict)  # tolerant: profile file or "model <name>" -> why not
 
     def profile_by_stack(self, stack_name: str) -> ServingProfile:
         for p in self.profiles.values():
@@ -60,41 +62,74 @@ class Catalog:
         raise ProfileError(f"no profile for stack {stack_name!r}: use one of {stacks}")
 
 
-def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None, skip_unlocked: bool = False) -> Catalog:
+def load_catalog(
+    root: Path = PROFILES_DIR,
+    *,
+    lock_file: Path | None = None,
+    skip_unlocked: bool = False,
+    tolerant: bool = False,
+    workstations: bool = True,
+    locks: dict[str, LockedModel] | None = None,
+) -> Catalog:
     """skip_unlocked: a profile whose model has no lock entry at all is left out (named in `unlocked`) instead of
-    refused; the app refuses just its stack, and builds the others."""
+    refused; the app refuses just its stack, and builds the others.
+    tolerant: a model or profile that fails is left out and its reason kept in `problems` (a model's reason for
+    each profile that names it), instead of failing the whole catalog. workstations: load profiles/workstation/.
+    locks: these entries instead of the lock file's (a lock not written yet, checked before it is)."""
     if not root.is_dir():
         raise ProfileError(f"no profile folder at {root}: the catalog's data lives in profiles/ at the repo root")
     lock_file = lock_file or root / LOCK_NAME
     hardware = load_hardware(root / "hardware.toml")
-    locks = read_lock(lock_file)
-    models = load_models(root / "models.toml", locks, lock_file)
+    locks = read_lock(lock_file) if locks is None else locks
+    problems: dict[str, str] | None = {} if tolerant else None
+    models = load_models(root / "models.toml", locks, lock_file, problems)
     profiles = {}
     stacks: dict[str, Path] = {}
     unlocked: dict[str, str] = {}
     declared_models = _toml(root / "models.toml")
     for path in sorted((root / "serving").glob("*.toml")):
-        if skip_unlocked and (model := _unlocked_model(path, declared_models, models)):
+        if skip_unlocked and (model := _unlocked_model(path, declared_models, models, problems)):
             unlocked[str(path)] = model
             continue
-        p = load_profile(path, hardware=hardware, models=models)
+        p = _tolerate(problems, path, lambda path=path: load_profile(path, hardware=hardware, models=models))
+        if p is None:
+            continue
         if p.stack_name and p.stack_name in stacks:
             raise ProfileError(f"{path}: stack {p.stack_name!r} is already {stacks[p.stack_name]}'s; pick another")
         stacks[p.stack_name] = path
         profiles[p.name] = p
-    cards = load_workstations(root / "hardware.toml")
-    workstation_profiles = {
-        path.stem: load_workstation_profile(path, cards=cards, models=models)
-        for path in sorted((root / "workstation").glob("*.toml"))
-        if not (skip_unlocked and _unlocked_model(path, declared_models, models))
-    }
-    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked)
+    cards = load_workstations(root / "hardware.toml") if workstations else {}
+    workstation_profiles = {}
+    for path in sorted((root / "workstation").glob("*.toml")) if workstations else ():
+        if not (skip_unlocked and _unlocked_model(path, declared_models, models, problems)):
+            w = _tolerate(problems, path, lambda path=path: load_workstation_profile(path, cards=cards, models=models))
+            if w is not None:
+                workstation_profiles[path.stem] = w
+    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked,
+                   problems or {})  # fmt: skip
 
 
-def _unlocked_model(path: Path, declared: dict[str, Any], models: dict[str, ModelArtifact]) -> str:
+def _tolerate(problems: dict[str, str] | None, path: Path, load: Any) -> Any:
+    """load(), or (tolerant) None with the reason kept: the model's own when the profile's model failed."""
+    if problems is None:
+        return load()
+    try:
+        return load()
+    except ProfileError as e:
+        with contextlib.suppress(ProfileError):
+            model = _toml(path).get("model")
+            e = ProfileError(problems.get(f"model {model}", str(e)))
+        problems[str(path)] = str(e)
+        return None
+
+
+def _unlocked_model(
+    path: Path, declared: dict[str, Any], models: dict[str, ModelArtifact], problems: dict[str, str] | None = None
+) -> str:
     """The model a profile file names when it is declared but has no lock entry yet, else ''."""
     model = _toml(path).get("model")
-    return model if isinstance(model, str) and model in declared and model not in models else ""
+    failed = problems is not None and f"model {model}" in problems  # locked but broken: a problem, not unlocked
+    return model if isinstance(model, str) and model in declared and model not in models and not failed else ""
 
 
 # --- files -------------------------------------------------------------------------------------------------------
@@ -196,49 +231,63 @@ def load_workstations(path: Path) -> dict[str, Hardware]:
 _DECLARED_MODEL = {"repo", "file", "revision", "quantization", "total_params_b", "active_params_b"}
 
 
-def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> dict[str, ModelArtifact]:
+def load_models(
+    path: Path, locks: dict[str, LockedModel], lock_file: Path, problems: dict[str, str] | None = None
+) -> dict[str, ModelArtifact]:
+    """Every declared model that has a lock entry; with `problems`, one that fails is left out, its reason kept."""
     out = {}
     for name, table in _toml(path).items():
-        where = _where(path, name)
-        declared = {"revision": "master", **_table(table, where)}
-        _only(declared, _DECLARED_MODEL, where)
-        if not HUB_SHAPES["name"][0](name):
-            raise ProfileError(f"{where}: model name {name!r} is not allowed; allowed: {HUB_SHAPES['name'][1]}")
-        for key in ("repo", "file", "revision"):  # before the lock is compared with them: refused as themselves
-            limits.check(ModelArtifact, key, declared.get(key), where)
-        lock = locks.get(name)
-        if lock is None:
-            continue  # declared, not locked yet: a profile that uses it is refused with what to run
-        if (lock.repo, lock.file, lock.revision) != (declared.get("repo"), declared.get("file"), declared["revision"]):
-            raise ProfileError(
-                f"{lock_file}: {name!r} was locked for {lock.repo}/{lock.file}@{lock.revision} but {path} "
-                f"declares {declared.get('repo')}/{declared.get('file')}@{declared['revision']}; "
-                f"run `gguf-serve-catalog lock {name}`"
-            )
-        facts = lock.header
-        lock_where = _where(lock_file, name, "gguf")
-        values = {
-            **declared,
-            "name": name,
-            "size_bytes": lock.size_bytes,
-            "sha256": lock.sha256,
-            "gguf_architecture": facts["architecture"],
-            "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
-            "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
-            "recurrent_state_bytes_per_slot": model_facts.recurrent_state_bytes(facts, lock_where),
-            "expert_bytes_per_layer": tuple(
-                lock.tensors.get("expert_bytes")
-                or model_facts.estimated_expert_bytes(
-                    facts, lock.size_bytes, declared.get("total_params_b", 0), lock_where
-                )
-            ),
-        }
-        out[name] = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
-        active, total = out[name].active_params_b, out[name].total_params_b
-        if active > total:
-            raise ProfileError(f"{where}.active_params_b: {active} is more than total_params_b ({total}); "
-                               "allowed: at most total_params_b (less means MoE)")  # fmt: skip
+        model = _tolerate(
+            problems, path, lambda name=name, table=table: _load_model(path, name, table, locks, lock_file)
+        )
+        if problems is not None and str(path) in problems:
+            problems[f"model {name}"] = problems.pop(str(path))
+        if model is not None:
+            out[name] = model
     return out
+
+
+def _load_model(
+    path: Path, name: str, table: Any, locks: dict[str, LockedModel], lock_file: Path
+) -> ModelArtifact | None:
+    where = _where(path, name)
+    declared = {"revision": "master", **_table(table, where)}
+    _only(declared, _DECLARED_MODEL, where)
+    if not HUB_SHAPES["name"][0](name):
+        raise ProfileError(f"{where}: model name {name!r} is not allowed; allowed: {HUB_SHAPES['name'][1]}")
+    for key in ("repo", "file", "revision"):  # before the lock is compared with them: refused as themselves
+        limits.check(ModelArtifact, key, declared.get(key), where)
+    lock = locks.get(name)
+    if lock is None:
+        return None  # declared, not locked yet: a profile that uses it is refused with what to run
+    if (lock.repo, lock.file, lock.revision) != (declared.get("repo"), declared.get("file"), declared["revision"]):
+        raise ProfileError(
+            f"{lock_file}: {name!r} was locked for {lock.repo}/{lock.file}@{lock.revision} but {path} "
+            f"declares {declared.get('repo')}/{declared.get('file')}@{declared['revision']}; "
+            f"run `gguf-serve-catalog lock {name}`"
+        )
+    facts = lock.header
+    lock_where = _where(lock_file, name, "gguf")
+    values = {
+        **declared,
+        "name": name,
+        "size_bytes": lock.size_bytes,
+        "sha256": lock.sha256,
+        "gguf_architecture": facts["architecture"],
+        "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
+        "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
+        "recurrent_state_bytes_per_slot": model_facts.recurrent_state_bytes(facts, lock_where),
+        "expert_bytes_per_layer": tuple(
+            lock.tensors.get("expert_bytes")
+            or model_facts.estimated_expert_bytes(facts, lock.size_bytes, declared.get("total_params_b", 0), lock_where)
+        ),
+    }
+    model = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
+    active, total = model.active_params_b, model.total_params_b
+    if active > total:
+        raise ProfileError(f"{where}.active_params_b: {active} is more than total_params_b ({total}); "
+                           "allowed: at most total_params_b (less means MoE)")  # fmt: skip
+    return model
 
 
 _PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "server", "fleet"}

@@ -55,12 +55,27 @@ def stack_models(root: Path) -> dict[str, str]:
     return out
 
 
+def stack_files(root: Path) -> dict[str, Path]:
+    """stack name -> its profile file (the file a refusal names)."""
+    from gguf_serve.catalog.loader import _toml
+
+    out = {}
+    for path in sorted((root / "serving").glob("*.toml")):
+        try:
+            stack = _toml(path).get("stack")
+        except ProfileError:
+            continue
+        if isinstance(stack, str) and stack:
+            out[stack] = path
+    return out
+
+
 def lock_and_commit(
     name: str, *, root: Path, lock_file: Path, endpoint: str | None = None, retry: Any = None, rate: Any = None
 ) -> LockResult:
     """Lock a declared model and write its entry; nothing is written unless the catalog can build the model
-    from it (header facts complete, the declaration matches)."""
-    from gguf_serve.catalog.loader import _toml, load_models
+    from it (header facts complete, the declaration matches) and no other part of the catalog breaks."""
+    from gguf_serve.catalog.loader import _toml
 
     declared = _toml(root / "models.toml")
     if name not in declared:
@@ -73,11 +88,30 @@ def lock_and_commit(
     result = lock_model(name, repo=d["repo"], file=d["file"], revision=revision, endpoint=endpoint, retry=retry,
                         rate=rate)  # fmt: skip
 
-    def buildable(entries: dict[str, LockedModel]) -> None:
-        load_models(root / "models.toml", {name: entries[name]}, lock_file)
-
-    commit_entry(lock_file, result.entry, validate=buildable)
+    commit_entry(lock_file, result.entry, validate=improves(name, root, lock_file))
     return result
+
+
+def improves(name: str, root: Path, lock_file: Path) -> Callable[[dict[str, LockedModel]], None]:
+    """The check a new lock entry passes before it is written: the model builds from it, and the whole catalog
+    (every model, serving and workstation profile) has no problem it did not have before; else ProfileError, and
+    the lock file stays as it is (commit_entry)."""
+    from gguf_serve.catalog.loader import load_catalog, load_models
+
+    def check(entries: dict[str, LockedModel]) -> None:
+        load_models(root / "models.toml", {name: entries[name]}, lock_file)
+        before = load_catalog(root, lock_file=lock_file, skip_unlocked=True, tolerant=True).problems
+        after = load_catalog(root, lock_file=lock_file, skip_unlocked=True, tolerant=True, locks=entries).problems
+        new = {where: why for where, why in after.items() if where not in before}
+        if new:
+            where, why = next(iter(new.items()))
+            more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
+            raise ProfileError(
+                f"the listing's facts for {name} would break {where}{more}: {why}; {lock_file} is left as it was: "
+                f"change the profile (or the model declared) so it fits, then lock again"
+            )
+
+    return check
 
 
 def resolve_locks(
@@ -174,8 +208,5 @@ def _lookup(
             f"size {live.size_bytes:,} bytes; the typed values are wrong or the file changed: check, then run "
             f"`gguf-serve-catalog lock {name}` to pin the listing's, and commit {lock_file}"
         )
-    from gguf_serve.catalog.loader import load_models
-
-    commit_entry(lock_file, live, validate=lambda entries: load_models(root / "models.toml", {name: entries[name]},
-                                                                       lock_file))  # fmt: skip
+    commit_entry(lock_file, live, validate=improves(name, root, lock_file))
     return probe

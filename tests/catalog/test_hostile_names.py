@@ -44,8 +44,21 @@ def profiles(tmp_path: Path) -> Path:
         (GRAVITON, "[server]", "[server]\nport = 80", r"server\.port: 80 is below the range; allowed: 1,024"),
         (GRAVITON, "[server]", "[server]\nport = 8081", r"server\.port: 8081 is llama-server's port behind the hop"),
     ],
-    ids=["dollar-paren", "backtick", "quote", "newline", "dash", "file-dollar", "file-dotdot", "file-space",
-         "file-percent", "model-name", "port-22", "port-80", "port-upstream"],  # fmt: skip
+    ids=[
+        "dollar-paren",
+        "backtick",
+        "quote",
+        "newline",
+        "dash",
+        "file-dollar",
+        "file-dotdot",
+        "file-space",
+        "file-percent",
+        "model-name",
+        "port-22",
+        "port-80",
+        "port-upstream",
+    ],  # fmt: skip
 )
 def test_a_name_or_port_that_cannot_reach_an_instance_is_refused(profiles: Path, file, old, new, says) -> None:
     edit(profiles / file, old, new)

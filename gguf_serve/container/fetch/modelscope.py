@@ -74,8 +74,11 @@ class ModelScope:
         connect_timeout_s: float = 10.0,
         retry: RetryPolicy | None = None,
         rate: RatePolicy | None = None,
+        deadline_s: float | None = None,
     ) -> None:
+        """deadline_s: every read of this client ends within this many seconds from now (None: no deadline)."""
         self.endpoint = resolve_endpoint(endpoint)
+        self.deadline = None if deadline_s is None else time.monotonic() + deadline_s
         self.host = urlsplit(self.endpoint).netloc
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self.retry = retry or RetryPolicy()
@@ -108,11 +111,13 @@ class ModelScope:
         failures = 0
         while True:
             try:
+                self.check_deadline(f"the file list of {repo}@{revision}")
                 body = self._get_json(url, what=f"the file list of {repo}@{revision}")
                 break
             except TransientError as e:
                 failures += 1
-                if failures > self.retry.attempts:
+                late = self.deadline is not None and time.monotonic() > self.deadline
+                if failures > self.retry.attempts or late:
                     raise FetchError(f"ModelScope listing of {repo}@{revision} failed {failures} times: {e}") from e
                 log.warning("ModelScope listing of %s: %s; retry %d/%d", repo, e, failures, self.retry.attempts)
                 self.retry.wait(failures)
@@ -137,7 +142,9 @@ class ModelScope:
         except (Urllib3Error, OSError) as e:
             raise TransientError(network_reason(e, self.host)) from e
         try:
-            data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what, r.headers.get("Content-Encoding"))
+            left = None if self.deadline is None else max(0.001, self.deadline - time.monotonic())
+            data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what, r.headers.get("Content-Encoding"),
+                                 deadline_s=min(left or LISTING_DEADLINE_S, LISTING_DEADLINE_S))  # fmt: skip
         except BaseException:
             r.close()  # mid-body: the connection cannot carry another request
             raise
@@ -150,6 +157,10 @@ class ModelScope:
         if isinstance(body, dict) and body.get("Success") is False:
             raise FetchError(f"ModelScope refused {what}: {body.get('Message')} (Code {body.get('Code')})")
         return body
+
+    def check_deadline(self, what: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TransientError(f"{self.host}: out of time for {what} (this run's deadline passed)")
 
     # --- bytes ---------------------------------------------------------------------------------------------------
     def download_url(self, repo: str, revision: str, file: str) -> str:
@@ -198,6 +209,7 @@ class HttpRangeSource:
                     complete = True
                     return
                 watch.add(len(chunk))
+                self.client.check_deadline(self.label)
                 yield chunk
         finally:
             if complete:

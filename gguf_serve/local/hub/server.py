@@ -63,6 +63,7 @@ class Faults:
     trickle_every_s: float | None = None  # hostile: file bodies go out one byte per this many seconds
     trickle_json_every_s: float | None = None  # hostile: the same for JSON answers (the listing)
     listed_sizes: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the size the listing claims
+    range_totals: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the Content-Range total
     listing_encoded: tuple[str, bytes] | None = None  # hostile: the listing's answer is (Content-Encoding, these bytes)
 
 
@@ -454,7 +455,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Last-Modified", formatdate(source.stat().st_mtime, usegmt=True))
         self.send_header("Content-Disposition", f'attachment; filename="{Path(file_path).name}"')
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            total = faults.range_totals.get(file_path.strip("/"), size)  # a liar agrees with its listing
+            self.send_header("Content-Range", f"bytes {start}-{end}/{total}")
         self.end_headers()
         if self.command == "HEAD":
             self._record("head", status)

@@ -81,11 +81,13 @@ class ServingStack(Stack):
             certificate_arn=certificate_arn,
         )
         self.target_group = lb.target_group
-        self._scale_and_watch(profile, fleet, lb)
+        self._scale_and_watch(profile, fleet, lb, api_key)
         self.profile, self.fleet, self.load_balancer, self.api_key = profile, fleet, lb, api_key
         self._outputs(lb, api_key)
 
-    def _scale_and_watch(self, profile: ServingProfile, fleet: ServingFleet, lb: InferenceLoadBalancer) -> None:
+    def _scale_and_watch(
+        self, profile: ServingProfile, fleet: ServingFleet, lb: InferenceLoadBalancer, api_key: ApiKey
+    ) -> None:
         """Scaling on the fleet's own signals, the wake door of a group that sleeps (with the ALB's 503s as the
         backstop), and the dashboard/alarms."""
         no_target_503 = lb.alb.metrics.http_code_elb(
@@ -95,8 +97,9 @@ class ServingStack(Stack):
         self.wake_door = None
         if profile.fleet.wake_on_request:
             self.wake_door = WakeDoor(
-                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=fleet.asg, wake_s=profile.wake_s
-            )
+                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=fleet.asg, wake_s=profile.wake_s,
+                api_key=api_key.secret,
+            )  # fmt: skip
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", name=self.stack_name, fleet=profile.fleet, has_gpu=profile.hardware.has_gpu,
             mtp=profile.mtp, asg=fleet.asg, alb=lb.alb, target_group=lb.target_group,

@@ -27,6 +27,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as events_targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from gguf_serve.catalog.errors import ProfileError
@@ -56,12 +57,14 @@ class WakeDoor(Construct):
         servers: elbv2.ApplicationTargetGroup,
         asg: autoscaling.AutoScalingGroup,
         wake_s: int,
+        api_key: secretsmanager.ISecret,
     ) -> None:
         """
         listener: the load balancer's listener; the door adds the one rule every request matches.
         servers: the fleet's target group (weight 1 while an instance is in service).
         asg: the group the door wakes (desired 0 -> 1) and watches.
         wake_s: the profile's expected launch (or warm start) to /health 200: the first Retry-After.
+        api_key: the secret llama-server's key is in: only a request with it wakes the group.
         """
         if not 1 <= wake_s <= MAX_RETRY_AFTER_S:
             raise ProfileError(
@@ -108,10 +111,12 @@ class WakeDoor(Construct):
             "SERVERS_TARGET_GROUP_ARN": servers.target_group_arn,
             "WAKE_S": str(wake_s),
             "WOKEN_TAG": WOKEN_TAG,
+            "API_KEY_SECRET_ARN": api_key.secret_arn,
         }
         for key, value in env.items():
             self.function.add_environment(key, value)
         self._grant(asg)
+        api_key.grant_read(self.function)  # the key check before anything wakes
         self._triggers(asg)
         self.answered = self.target_group.metrics.request_count(
             period=Duration.minutes(1), statistic="Sum", label="requests the wake door answered"

@@ -28,12 +28,10 @@ def _asleep(w) -> None:
 @pytest.mark.parametrize(
     ("headers", "wakes"),
     [
-        ({}, False),
         ({"authorization": "Bearer wrong", "x-api-key": KEY}, False),  # Authorization wins when it is set
-        ({"authorization": f"Bearer {KEY}"}, True),
         ({"x-api-key": KEY}, True),  # the rest of llama-server's reading: tests/container/hop/test_keyless.py
     ],
-    ids=["none", "wrong-bearer-right-x", "bearer", "x-api-key"],
+    ids=["wrong-bearer-right-x", "x-api-key"],
 )
 def test_only_a_request_with_the_key_wakes_the_group(world, headers, wakes):  # noqa: F811
     _asleep(world)
@@ -46,11 +44,11 @@ def test_only_a_request_with_the_key_wakes_the_group(world, headers, wakes):  # 
         assert g["DesiredCapacity"] == 0 and WOKEN_TAG not in {t["Key"] for t in g["Tags"]}
 
 
-@pytest.mark.parametrize(("path", "method"), [("/health", "GET"), ("/v1/models", "OPTIONS")])
-def test_health_checks_and_preflights_wake_nothing(world, path, method):  # noqa: F811
+def test_health_checks_and_preflights_wake_nothing(world):  # noqa: F811
     _asleep(world)
-    answer = _request(world, {}, path=path, method=method)
-    assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"]
+    for path, method in (("/health", "GET"), ("/v1/chat/completions", "OPTIONS")):
+        answer = _request(world, {}, path=path, method=method)
+        assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"]
     assert group(world)["DesiredCapacity"] == 0
 
 
@@ -77,12 +75,10 @@ def _throttled(*args, **kwargs):
     raise ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "SetDesiredCapacity")
 
 
-@pytest.mark.parametrize("client", ["autoscaling", "elbv2", "secrets"])
+@pytest.mark.parametrize("client", ["autoscaling", "secrets"])
 def test_a_throttled_call_is_a_503_with_retry_after(world, monkeypatch, client):  # noqa: F811
     _asleep(world)
     world.door._keys.update(keys=(), read=float("-inf"))  # the key is read again, so its call can fail too
-    if client == "elbv2":  # an instance in service: the door asks the load balancer whether it is healthy yet
-        monkeypatch.setattr(world.door, "in_service", lambda g: ["i-0123"])
     target = getattr(world.door, client)
     for name in ("set_desired_capacity", "describe_auto_scaling_groups", "describe_target_health", "describe_rules",
                  "get_secret_value"):  # fmt: skip
@@ -93,7 +89,7 @@ def test_a_throttled_call_is_a_503_with_retry_after(world, monkeypatch, client):
     assert "could not start an instance just now" in json.loads(answer["body"])["error"]["message"]
 
 
-@pytest.mark.parametrize("tag", ["inf", "nan", "99999999999"])
+@pytest.mark.parametrize("tag", ["inf", "nan"])
 def test_a_hand_edited_woken_at_tag_does_not_crash_it(world, monkeypatch, tag):  # noqa: F811
     _asleep(world)
     _request(world, {"authorization": f"Bearer {KEY}"})  # woken: desired 1

@@ -408,7 +408,7 @@ class _Connection:
     def _closing(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         """An answer to a request whose body has not all arrived says the connection closes after it."""
         coming = self.h11.their_state is h11.SEND_BODY and not self._take_buffered_body()
-        if coming and not any(n.lower() == b"connection" for n, _ in headers):
+        if (coming or self.overflow) and not any(n.lower() == b"connection" for n, _ in headers):
             return [*headers, (b"connection", b"close")]
         return headers
 

@@ -134,6 +134,9 @@ def resolve_locks(
         d = declared.get(name)
         if not isinstance(d, dict):
             continue  # the loader refuses the profile that names it, with file and key
+        if bad := _bad_name(d, root / "models.toml", name):
+            out.refused[name] = bad  # never sent to a hub, never locked: the loader refuses it the same way
+            continue
         entry = read_lock(lock_file).get(name)
         current = (d.get("repo"), d.get("file"), d.get("revision", "master"))
         if entry is not None and (entry.repo, entry.file, entry.revision) != current:
@@ -184,6 +187,17 @@ def resolve_locks(
         say(f"locked {name}: {e.repo} commit {e.commit or 'not listed'}, {e.size_bytes:,} bytes, sha256 {e.sha256} "
             f"(from {e.served_by}); wrote {lock_file}: commit this file")  # fmt: skip
     return out
+
+
+def _bad_name(declared: dict[str, Any], path: Path, name: str) -> str:
+    from gguf_serve.catalog.names import HUB_SHAPES
+
+    for key in ("repo", "file"):
+        value = declared.get(key)
+        test, allowed = HUB_SHAPES[key]
+        if not isinstance(value, str) or not test(value):
+            return f"{path}: {name!r}.{key}: {value!r} is not allowed; allowed: {allowed}"
+    return ""
 
 
 def _hub(resolve: Callable[[], str]) -> str:

@@ -94,3 +94,15 @@ def test_a_lock_entry_past_llama_cpps_ceilings_is_refused(profiles: Path, count:
     line_end = text.index("\n", line_start)
     with pytest.raises(ProfileError, match=rf"{key} = [\d,]+ is more than llama.cpp loads"):
         parse_lock(text[:line_start] + count + text[line_end:], lock)
+
+
+def test_synth_sends_a_hostile_repo_to_no_hub_and_refuses_its_stacks(profiles: Path) -> None:
+    """The lookup synth runs for an unlocked model: the name is refused before any request is made."""
+    from gguf_serve.catalog.lookup import resolve_locks
+
+    edit(profiles / "models.toml", REPO_27B, 'repo = "unsloth/$(reboot)"')
+    lock = profiles / "models.lock.toml"
+    before = lock.read_bytes()
+    done = resolve_locks(["Qwen3.6-27B"], root=profiles, lock_file=lock, endpoint="http://127.0.0.1:9")
+    assert "repo: 'unsloth/$(reboot)' is not allowed" in done.refused["Qwen3.6-27B"]
+    assert "unreachable" not in done.refused["Qwen3.6-27B"] and lock.read_bytes() == before

@@ -63,7 +63,9 @@ def build_app(
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
-    resolution = resolve_locks(models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups)
+    resolution = resolve_locks(
+        models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
+    )
     built = {p.stack_name: p for p in load_catalog(lock_file=lock_file, skip_unlocked=True).profiles.values()}
     env = cdk.Environment(account=options.account, region=options.region)
     for stack_name, model in models.items():

@@ -44,6 +44,7 @@ OPTION_NAMES = (
     "imageBuildArgs",
     "arm64Builder",
     "debianMirror",
+    "allowTypedLock",
 )
 
 
@@ -65,6 +66,7 @@ class DeployOptions:
     image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
     arm64_builder: str = DEFAULT_ARM64_BUILDER  # "cross": x86 CodeBuild, cross-compiled; "native": ARM_CONTAINER
     debian_mirror: str = DEFAULT_DEBIAN_MIRROR  # where the image roots come from; signatures checked, so any mirror
+    allow_typed_lock: bool = False  # deploy a model whose sha256 was typed, never checked against a listing
 
 
 def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> DeployOptions:
@@ -87,6 +89,7 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             image_build_args=_build_args(raw.get("imageBuildArgs")),
             arm64_builder=_choice(raw.get("arm64Builder", DEFAULT_ARM64_BUILDER), "arm64Builder", ARM64_BUILDERS),
             debian_mirror=_mirror(raw.get("debianMirror")),
+            allow_typed_lock=_flag(raw.get("allowTypedLock"), "allowTypedLock"),
         )
         if options.wake_on_request and options.off_hours is None and options.min_capacity != 0:
             raise _Bad(

@@ -98,6 +98,22 @@ def test_unstaged_sources_are_a_synth_error_that_says_what_to_run(tmp_path):
         app.synth()
 
 
+@pytest.mark.parametrize("damage", ["missing", "stale"])
+def test_synth_requires_the_wheels_sha256sums_the_build_checks(staged_sources, tmp_path, damage):
+    from stacks.staged_sources import check_staged_sources
+
+    copy = tmp_path / "sources"
+    shutil.copytree(staged_sources, copy)
+    assert check_staged_sources(copy).problems == []
+    sums = copy / "wheels" / "SHA256SUMS"
+    if damage == "missing":
+        sums.unlink()
+    else:
+        sums.write_text(sums.read_text().replace("boto3", "boto4"))
+    (problem,) = check_staged_sources(copy).problems
+    assert "SHA256SUMS" in problem and (damage == "missing" or "boto3" in problem)
+
+
 def test_the_buildspec_runs_the_build_script_and_never_splits_build_arguments(image_assembly):
     inputs = build_inputs(image_assembly, "IntelMoeStack")
     assert inputs.commands == ['SOURCES_DIR="$CODEBUILD_SRC_DIR_sources" bash docker/build-image.sh']

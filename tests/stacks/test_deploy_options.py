@@ -224,7 +224,7 @@ class TestTheRealCli:
         from tests.catalog.stand_in import stand_in_lock
 
         lock = stand_in_lock(tmp_path)
-        args = ("-c", "spot=true", "-c", f"modelLock={lock}", "-c", "modelLookup=false")
+        args = ("-c", "spot=true", "-c", f"modelLock={lock}", "-c", "modelLookup=false", "-c", "allowTypedLock=true")
         out = self._cdk(tmp_path, "synth", *args, "--quiet", "-o", str(tmp_path / "cdk.out"))
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 

@@ -219,6 +219,8 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
             "name": name,
             "size_bytes": lock.size_bytes,
             "sha256": lock.sha256,
+            # Only a listing's commit is fetched by instances; a typed entry has none, and fetches its revision.
+            "commit": lock.commit if lock.locked_from == "listing" else None,
             "gguf_architecture": facts["architecture"],
             "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
             "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),

@@ -130,6 +130,7 @@ class ServingProfile:
             repo=m.repo,
             file=m.file,
             revision=m.revision,
+            commit=m.commit,
             size_bytes=m.size_bytes,
             sha256=m.sha256,
             gguf_architecture=m.gguf_architecture,

@@ -84,7 +84,7 @@ def build_app(
                 certificate_arn=options.certificate_arn,
                 image_build_args=options.image_build_args,
                 arm64_builder=options.arm64_builder,
-                debian_mirror=options.debian_mirror,
+                debian_mirrors=options.debian_mirrors,
                 env=env,
             )
         why = resolution.refused.get(model)

@@ -8,7 +8,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gguf_serve.catalog import ServingProfile
-from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
+from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from gguf_serve.container.metrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
@@ -38,7 +38,7 @@ class ServingStack(Stack):
         certificate_arn: str | None = None,
         image_build_args: dict[str, str] | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
-        debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
+        debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
@@ -55,7 +55,7 @@ class ServingStack(Stack):
             target=profile.image,
             build_args=image_build_args,
             arm64_builder=arm64_builder,
-            debian_mirror=debian_mirror,
+            debian_mirrors=debian_mirrors,
         )
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY

@@ -16,7 +16,7 @@ from aws_cdk.assertions import Template
 
 from stacks.app import apply_options, build_app
 from stacks.image_build import default_sources_dir
-from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptionError, DeployOptions, load_options
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import CERT, DOCUMENTED, IAM_CERT, STACK_NAMES, SYNTHESIZED
@@ -49,8 +49,13 @@ def test_the_synthesized_sets_hold_every_documented_option_and_the_readme_docume
     every = {k for ctx in DOCUMENTED.values() for k in ctx}
     assert {k for name in SYNTHESIZED for k in DOCUMENTED[name]} == every  # cdk-nag and the linters see each one
     assert every <= set(OPTION_NAMES) and set(PARSED) == set(DOCUMENTED)
-    table = (ROOT / "README.md").read_text().split("| option | default | what it does |", 1)[1].split("\n\n", 1)[0]
-    assert sorted(re.findall(r"^\| `(\w+)` \|", table, flags=re.M)) == sorted(OPTION_NAMES)
+    # The option table: in the README, continued on a docs page for options the README does not list yet; a renamed
+    # option's old row may remain there until it is rewritten, never a name the app does not know.
+    header = "| option | default | what it does |"
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    tables = [part.split("\n\n", 1)[0] for page in pages for part in page.read_text().split(header)[1:]]
+    named = {n for table in tables for n in re.findall(r"^\| `(\w+)` \|", table, flags=re.M)}
+    assert named - set(RENAMED) == set(OPTION_NAMES)
 
 
 def test_the_cdk_nag_plugin_is_in_the_path(tmp_path):

@@ -31,6 +31,13 @@ GP3_MAX_GIB = 16 * 1024
 DRAIN_HEARTBEATS_MISSED = 3  # the drain hook times out (CONTINUE) after this many DRAIN_HEARTBEAT_S without one
 
 
+def group_name(stack_name: str) -> str:
+    """The group's name, fixed so that what only watches or wakes the group (alarms, dashboard, the wake door) names
+    it without a reference, and CloudFormation creates them at once instead of after the first instance's signal.
+    It matches the `<stack>-ServingGroup-*` pattern the instance role's lifecycle permissions name."""
+    return f"{stack_name}-{GROUP_LOGICAL_ID}-serving"
+
+
 def release_parameter_name(stack_name: str) -> str:
     """The SSM parameter holding the group's current release (user data reads it by this name)."""
     return f"/{stack_name}/serving-release"
@@ -91,6 +98,7 @@ class ServingFleet(Construct):
             description="Release of the launch template; warm-pool instances of another release abandon their launch",
         )
         self.release_parameter.grant_read(self.role)
+        self.group_name = group_name(Stack.of(self).stack_name)
         self.asg = self._group(vpc, fleet, boot)
         self._hooks(boot)
         self.drain_deadline_s = fleet.drain_deadline_s
@@ -159,6 +167,7 @@ class ServingFleet(Construct):
         asg = autoscaling.AutoScalingGroup(
             self,
             "Group",
+            auto_scaling_group_name=self.group_name,
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             **capacity,

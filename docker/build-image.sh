@@ -110,9 +110,9 @@ root_image() {
   local_tag="gguf-serve-root/$role:$root_arch-$(uname -m)-$key"
   kept="$REPOSITORY_URI:root-$role-$root_arch-$(uname -m)-$key"
   if docker image inspect "$local_tag" >/dev/null 2>&1; then
-    if registry && ! exists "${kept#*:}"; then docker tag "$local_tag" "$kept" && push "${kept#*:}"; fi
-  elif registry && exists "${kept#*:}"; then
-    log "pulling the $role root ($root_arch) kept as ${kept#*:}"
+    if registry && ! exists "${kept##*:}"; then docker tag "$local_tag" "$kept" && push "${kept##*:}"; fi
+  elif registry && exists "${kept##*:}"; then
+    log "pulling the $role root ($root_arch) kept as ${kept##*:}"
     docker pull -q "$kept" >&2
     docker tag "$kept" "$local_tag"
   else
@@ -123,7 +123,7 @@ root_image() {
     DEBIAN_MIRROR="$from" DEBOOTSTRAP_DEB="$deb" bash "$context/docker/bootstrap-base.sh" "$role" "$root_arch" \
       "$local_tag" >/dev/null
     log "bootstrapped the $role root in $((SECONDS - started)) s"
-    if registry; then docker tag "$local_tag" "$kept" && push "${kept#*:}"; fi
+    if registry; then docker tag "$local_tag" "$kept" && push "${kept##*:}"; fi
   fi
   echo "$local_tag"
 }

@@ -152,12 +152,19 @@ class ServingFleet(Construct):
     def _group(self, vpc: ec2.IVpc, fleet: FleetSettings, boot: Duration) -> autoscaling.AutoScalingGroup:
         capacity: dict = {"launch_template": self.launch_template}
         if fleet.spot:
-            # All Spot, capacity-optimized; a rebalance recommendation starts a replacement before the interruption.
+            # Spot above an On-Demand base of what a deploy or a rolling update waits for (min_capacity, plus the
+            # instances an update launches beside them): an empty Spot pool never stalls the creation signal or an
+            # update, only scale-out, across every listed type (capacity-optimized). A rebalance recommendation starts
+            # a replacement before the interruption. No warm pool: PutWarmPool refuses a mixed instances policy.
+            types = (self.launch_template.instance_type, *map(ec2.InstanceType, fleet.spot_instance_types))
             capacity = {
                 "mixed_instances_policy": autoscaling.MixedInstancesPolicy(
                     launch_template=self.launch_template,
+                    launch_template_overrides=[autoscaling.LaunchTemplateOverrides(instance_type=t) for t in types]
+                    if fleet.spot_instance_types
+                    else None,
                     instances_distribution=autoscaling.InstancesDistribution(
-                        on_demand_base_capacity=0,
+                        on_demand_base_capacity=fleet.min_capacity + fleet.rolling_batch if fleet.min_capacity else 0,
                         on_demand_percentage_above_base_capacity=0,
                         spot_allocation_strategy=autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED,
                     ),

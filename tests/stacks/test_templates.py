@@ -47,7 +47,7 @@ def user_data(template: Template) -> str:
 
 
 def embedded_profile(template: Template) -> dict:
-    m = re.search(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d > "/etc/gguf-serve/runtime.json"', user_data(template))
+    m = re.search(r'echo ([A-Za-z0-9+/=]+) \| base64 -d > "/etc/gguf-serve/runtime.json"', user_data(template))
     assert m, "user data does not write the profile"
     return json.loads(base64.b64decode(m.group(1)))
 
@@ -158,7 +158,10 @@ class TestOperatingAtScale:
         t, p = templates[stack], profile_by_stack(stack)
         assert only(t, "AWS::AutoScaling::WarmPool")["MinSize"] == p.fleet.warm_pool_size
         ready = hook(t, "LAUNCHING")
-        assert f'--lifecycle-hook-name "{ready["LifecycleHookName"]}"' in user_data(t)
+        text = user_data(t)  # the hook's name quoted once into LAUNCH_HOOK, which the readiness script uses
+        assert (
+            f"\nLAUNCH_HOOK={ready['LifecycleHookName']}\n" in text and '--lifecycle-hook-name "\\$LAUNCH_HOOK"' in text
+        )
 
     def test_the_user_data_drains_on_the_groups_drain_hook_within_the_alb_delay(self, templates, stack):
         t, p = templates[stack], profile_by_stack(stack)

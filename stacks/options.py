@@ -44,6 +44,8 @@ OPTION_NAMES = (
     "imageBuildArgs",
     "arm64Builder",
     "debianMirror",
+    "eksProfiles",
+    "eksAdminRoles",
 )
 
 
@@ -65,6 +67,8 @@ class DeployOptions:
     image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
     arm64_builder: str = DEFAULT_ARM64_BUILDER  # "cross": x86 CodeBuild, cross-compiled; "native": ARM_CONTAINER
     debian_mirror: str = DEFAULT_DEBIAN_MIRROR  # where the image roots come from; signatures checked, so any mirror
+    eks_profiles: tuple[str, ...] = ()  # serving profiles of EksServingStack (docs/eks.md); empty: no EKS stack
+    eks_admin_roles: tuple[str, ...] = ()  # IAM role ARNs given cluster-admin access entries on the EKS cluster
 
 
 def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> DeployOptions:
@@ -87,6 +91,8 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             image_build_args=_build_args(raw.get("imageBuildArgs")),
             arm64_builder=_choice(raw.get("arm64Builder", DEFAULT_ARM64_BUILDER), "arm64Builder", ARM64_BUILDERS),
             debian_mirror=_mirror(raw.get("debianMirror")),
+            eks_profiles=_names(raw.get("eksProfiles"), "eksProfiles"),
+            eks_admin_roles=_names(raw.get("eksAdminRoles"), "eksAdminRoles"),
         )
         if options.wake_on_request and options.off_hours is None and options.min_capacity != 0:
             raise _Bad(
@@ -216,6 +222,17 @@ def _off_hours(value: Any) -> tuple[int, int] | None:
     if stop == start:
         raise _Bad("offHours", f"{value!r}: stop and start at the same hour would fight; e.g. -c offHours=20-8")
     return stop, start
+
+
+def _names(value: Any, option: str) -> tuple[str, ...]:
+    """A list in deploy.toml, or -c name=a,b."""
+    if value in (None, "", []):
+        return ()
+    items = value if isinstance(value, list) else str(value).split(",")
+    names = tuple(str(i).strip() for i in items if str(i).strip())
+    if any(any(c.isspace() for c in n) for n in names):
+        raise _Bad(option, f"{value!r}: names hold no spaces; write e.g. -c {option}=a,b")
+    return names
 
 
 def _mirror(value: Any) -> str:

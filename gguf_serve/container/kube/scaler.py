@@ -82,15 +82,16 @@ class Stabilizer:
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.history: deque[tuple[float, int]] = deque()
+        self.since: float | None = None  # the first step: a window not yet watched whole never scales in
 
     def decide(self, now: float, current: int, recommended: int) -> int:
+        self.since = now if self.since is None else self.since
         self.history.append((now, recommended))
         while self.history and self.history[0][0] < now - self.window_s:
             self.history.popleft()
         if recommended >= current:
             return recommended
-        covered = now - self.history[0][0] >= self.window_s * 0.99 if len(self.history) > 1 else False
-        if not covered:
+        if now - self.since < self.window_s:
             return current
         return max(max(r for _, r in self.history), current - 1)
 

@@ -109,9 +109,11 @@ class NodeGroup:
             self._group = found["nodegroup"]["resources"]["autoScalingGroups"][0]["name"]
         return self._group
 
-    def desired(self) -> int:
+    def size(self) -> tuple[int, int]:
+        """(desired, maximum) of the group."""
         groups = self.clients("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[self.group()])
-        return int(groups["AutoScalingGroups"][0]["DesiredCapacity"])
+        group = groups["AutoScalingGroups"][0]
+        return int(group["DesiredCapacity"]), int(group["MaxSize"])
 
     def grow(self, size: int) -> None:
         self.clients("autoscaling").set_desired_capacity(AutoScalingGroupName=self.group(), DesiredCapacity=size)
@@ -140,7 +142,8 @@ class Scaler:
 
     def step(self, now: float | None = None) -> int:
         now = time.time() if now is None else now
-        pods = [p for p in self.api.pods(self.namespace, self.selector) if not p.deleting]
+        every = self.api.pods(self.namespace, self.selector)  # a terminating pod still drains on its node
+        pods = [p for p in every if not p.deleting]
         loads = [load for load in (self._load(p) for p in pods if p.ready and p.ip) if load is not None]
         shed = self._shed(loads)
         current = self.api.replicas(self.namespace, self.deployment)
@@ -152,7 +155,7 @@ class Scaler:
             self.api.scale(self.namespace, self.deployment, target)
             log.info("replicas %d -> %d (%s)", current, target, why)
         if self.nodes is not None:
-            self._follow(target, pods, now)
+            self._follow(max(target, len(pods)), every, now)
         return target
 
     def _load(self, pod: Pod) -> PodLoad | None:
@@ -189,14 +192,18 @@ class Scaler:
             except KubeError as e:
                 log.warning("pod %s: cannot set %s: %s", load.name, DELETION_COST, e)
 
-    def _follow(self, target: int, pods: list[Pod], now: float) -> None:
+    def _follow(self, need: int, pods: list[Pod], now: float) -> None:
+        """`need`: nodes for the pods wanted and those still starting (a rollout's surge); `pods`: every serving pod,
+        terminating ones too: a node whose pod drains is not empty."""
         assert self.nodes is not None
-        desired = self.nodes.desired()
-        if target > desired:
-            self.nodes.grow(target)
-            log.info("node group %s: %d -> %d nodes", self.nodes.nodegroup, desired, target)
+        desired, most = self.nodes.size()
+        if need > desired:
+            size = min(need, most)
+            if size > desired:
+                self.nodes.grow(size)
+                log.info("node group %s: %d -> %d nodes", self.nodes.nodegroup, desired, size)
             return
-        if desired <= target:
+        if desired <= need:
             return
         used = {p.node for p in pods}
         for node in self.api.nodes(self.node_selector):

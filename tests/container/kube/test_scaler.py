@@ -214,3 +214,25 @@ def test_nodes_follow_pods_out_and_in_and_a_serving_node_is_never_taken(cluster,
     assert group_after["DesiredCapacity"] == 2  # one node removed, with the desired capacity
     left = {i["InstanceId"] for i in group_after["Instances"] if i["LifecycleState"] == "InService"}
     assert instances[0] in left, "node-0 still serves serving-0: it must stay"
+
+
+def test_a_node_whose_pod_is_still_draining_is_not_taken_and_a_surge_pod_gets_a_node(cluster, group):
+    kube, pods, port = cluster
+    asg, nodes = group
+    scaler = _scaler(kube, port, nodes)
+    instances = [i["InstanceId"] for i in asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"]]
+    kube.nodes = []
+    for i, instance in enumerate(instances):
+        kube.add_node(f"node-{i}", instance, "2026-01-01T00:00:00Z", {"eks.amazonaws.com/nodegroup": "ng"})
+    kube.pods[1]["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"  # serving-1 drains on node-1
+    kube.replicas = 1
+    asg.set_desired_capacity(AutoScalingGroupName="eks-ng-1234", DesiredCapacity=2)
+    scaler.step(now=time.time())
+    assert asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["DesiredCapacity"] == 2  # nothing taken
+    # A rollout: a new pod, not yet scheduled, beside serving-0; the group grows for it (up to its maximum).
+    kube.pods[1]["metadata"].pop("deletionTimestamp")
+    kube.add_pod("serving-surge", "", "", ready=False, labels=LABELS)
+    kube.pods[-1]["status"].pop("podIP")
+    kube.replicas = 2
+    scaler.step(now=time.time())
+    assert asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["DesiredCapacity"] == 3

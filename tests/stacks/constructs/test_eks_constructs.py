@@ -34,8 +34,8 @@ def test_the_stack_needs_profiles_named_once(stack: cdk.Stack):
     ("profile", "ami"),
     [
         ("graviton-moe", "BOTTLEROCKET_ARM_64"),
-        ("intel-moe", "BOTTLEROCKET_x86_64"),
-        ("gpu-mtp", "BOTTLEROCKET_x86_64_NVIDIA"),
+        ("intel-moe", "BOTTLEROCKET_X86_64"),
+        ("gpu-mtp", "BOTTLEROCKET_X86_64_NVIDIA"),
     ],
 )
 def test_the_ami_type_follows_the_architecture_and_the_gpu(profile, ami):

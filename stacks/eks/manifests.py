@@ -113,7 +113,7 @@ def _container(name: str, d: WorkloadDeploy, mounts: list[tuple[str, str, bool]]
     return {
         "name": name,
         "image": d.image,
-        "env": [{"name": "AWS_REGION", "value": d.region}, {"name": "HOME", "value": POD_TMP}],
+        "env": region_env(d.region) + [{"name": "HOME", "value": POD_TMP}],
         "volumeMounts": [{"name": v, "mountPath": path, "readOnly": ro} for v, path, ro in mounts],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -134,7 +134,7 @@ def _api_key(w: ServingWorkload, d: WorkloadDeploy) -> dict[str, Any]:
         "api-key",
         d,
         [("run", RUN_VOLUME, False), _TMP],
-        command=[*command, "--out", KEY_FILE],
+        command=[*command, "--out", KEY_FILE, "--region", d.region],
         resources=_small(),
     )
 
@@ -196,6 +196,12 @@ def _hop(w: ServingWorkload, d: WorkloadDeploy) -> dict[str, Any]:
         livenessProbe={"tcpSocket": {"port": "http"}, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
         lifecycle={"preStop": {"exec": {"command": [*prestop, "--wait", str(w.drain_deadline_s + 10)]}}},
     )
+
+
+def region_env(region: str) -> list[dict[str, str]]:
+    """Both names: botocore 1.43 (the image's) reads AWS_DEFAULT_REGION only, and a pod cannot fall back on the
+    instance metadata's region (one hop: stacks/eks/nodes.py). Without it the fetcher's S3 cache would be skipped."""
+    return [{"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region}]
 
 
 def _exec_probe(command: list[str], period_s: int, failures: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stacks.eks.manifests import APP, KEY_FILE, POD_TMP, RUN_VOLUME, labels
+from stacks.eks.manifests import APP, KEY_FILE, POD_TMP, RUN_VOLUME, labels, region_env
 from stacks.eks.workload import NAMESPACE, PROFILE_LABEL, ServingWorkload
 
 
@@ -77,7 +77,7 @@ def _deployment(w: ServingWorkload, d: ScalerDeploy, selector: dict[str, str]) -
     scale += ["--target-busy-ratio", str(w.target_busy_ratio), "--deferred-step", str(w.deferred_step)]
     scale += ["--key-file", KEY_FILE, "--cluster", d.cluster, "--nodegroup", d.nodegroup, "--region", d.region]
     hardened = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
-    env = [{"name": "AWS_REGION", "value": d.region}, {"name": "HOME", "value": POD_TMP}]
+    env = region_env(d.region) + [{"name": "HOME", "value": POD_TMP}]
     mounts = [{"name": "run", "mountPath": RUN_VOLUME}, {"name": "tmp", "mountPath": POD_TMP}]
     key = ["python3", "-m", "gguf_serve.container.kube", "api-key", "--secret-id", d.api_key_secret_arn]
     pod = {
@@ -87,7 +87,7 @@ def _deployment(w: ServingWorkload, d: ScalerDeploy, selector: dict[str, str]) -
             {
                 "name": "api-key",
                 "image": d.image,
-                "command": [*key, "--out", KEY_FILE],
+                "command": [*key, "--out", KEY_FILE, "--region", d.region],
                 "env": env,
                 "volumeMounts": mounts,
                 "securityContext": hardened,

@@ -83,7 +83,19 @@ class PodRun:
             docker("volume", "create", *opts, vname)
         elif "emptyDir" in volume:
             docker("volume", "create", vname)  # the kubelet makes it writable for fsGroup: so does a first chown
-            docker("run", "--rm", "-v", f"{vname}:/v", "--entrypoint", "chown", self._image(), f"{uid}:{uid}", "/v")
+            docker(
+                "run",
+                "--rm",
+                "--user",
+                "0",
+                "-v",
+                f"{vname}:/v",
+                "--entrypoint",
+                "chown",
+                self._image(),
+                f"{uid}:{uid}",
+                "/v",
+            )
         elif "configMap" in volume:
             folder = self.workdir / vname
             folder.mkdir(parents=True)

@@ -75,10 +75,10 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
         aws = pod.in_pod(lambda: AwsStandIn(certificate))  # moto on the pod's loopback
         hub = pod.in_pod(lambda: LocalScope().start())
         hub.add_file(profile.model.repo, profile.model.file, gemma_gguf)
-        aws.client("secretsmanager").create_secret(Name=SECRET, SecretString=KEY)
-        aws.client("s3").create_bucket(
-            Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "cn-northwest-1"}
-        )
+        secrets, s3 = aws.client("secretsmanager"), aws.client("s3")  # called from the pod's network only
+        pod.in_pod(lambda: secrets.create_secret(Name=SECRET, SecretString=KEY))
+        location = {"LocationConstraint": "cn-northwest-1"}
+        pod.in_pod(lambda: s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration=location))
         pod.cluster_env = {
             "AWS_ENDPOINT_URL": aws.url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "MODELSCOPE_ENDPOINT": hub.url,
@@ -88,7 +88,7 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
         assert "API key written" in pod.run_init(init["api-key"], timeout=120)
         fetched = pod.run_init(init["fetch"], timeout=600)
         assert "model ready" in fetched, fetched[-2000:]
-        cached = aws.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents", [])
+        cached = pod.in_pod(lambda: s3.list_objects_v2(Bucket=BUCKET)).get("Contents", [])
         assert [o["Size"] for o in cached] == [profile.model.size_bytes], "the fresh download was written back to S3"
 
         pod.start(init["llama"])  # a sidecar: the main container waits for its startup probe

@@ -20,11 +20,13 @@ class ApiKeyError(Exception):
 
 def write_api_key(secret_id: str, path: Path, *, region: str | None = None, client: object | None = None) -> None:
     """Fetch the secret's string and write it to `path` (mode 0600, whole or not at all)."""
-    if client is None:
-        import boto3
-
-        client = boto3.client("secretsmanager", region_name=region)
     try:
+        if client is None:
+            import boto3
+
+            # AWS_REGION (what EKS and the manifests set): botocore releases differ on reading it themselves
+            region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            client = boto3.client("secretsmanager", region_name=region)
         key = client.get_secret_value(SecretId=secret_id)["SecretString"]  # type: ignore[attr-defined]
     except Exception as e:  # noqa: BLE001 - botocore's errors: one line that names the secret and the cause
         raise ApiKeyError(f"cannot read secret {secret_id}: {e}; check the service account's IAM role") from None

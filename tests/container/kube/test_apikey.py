@@ -64,3 +64,14 @@ def test_serve_hands_the_key_to_the_launcher(tmp_path):
         capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert out.returncode == 78 and "cannot read the runtime spec" in out.stderr, out.stderr
+
+
+def test_a_region_nowhere_to_be_found_is_one_line_not_a_traceback(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "gguf_serve.container.kube", "api-key", "--secret-id", "k", "--out",
+         str(tmp_path / "k")],
+        capture_output=True, text=True, timeout=60, env={**env, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "cannot read secret k" in out.stderr

@@ -146,6 +146,8 @@ def test_containers_run_as_the_image_user_read_only_with_nothing_extra():
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert "limits" in c["resources"] and "memory" in c["resources"]["limits"]
         assert not any(e["name"] == names.API_KEY_ENV for e in c["env"])  # the key never rides in the manifest
+        # botocore reads AWS_DEFAULT_REGION, and a pod has no instance metadata to fall back on (hop limit 1)
+        assert {"name": "AWS_DEFAULT_REGION", "value": DEPLOY.region} in c["env"]
 
 
 def test_a_profile_name_kubernetes_cannot_take_is_refused_with_what_to_change():

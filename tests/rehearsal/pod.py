@@ -61,11 +61,14 @@ class PodRun:
 
     # --- the sandbox and its volumes ---------------------------------------------------------------------------
     def create(self, image: str) -> None:
-        self.sandbox = f"{self.name}-sandbox"
-        docker("run", "-d", "--name", self.sandbox, "--network", "none", "--user", "65534", "--entrypoint", "python3",
-               image, "-c", "import signal; signal.pause()")  # fmt: skip
+        """The volumes, then the sandbox that holds them (a tmpfs volume lives while a container mounts it, as an
+        emptyDir lives with its pod) and the pod's network namespace."""
         for volume in self.spec["volumes"]:
             self._volume(volume)
+        held = [a for v in self.volumes if not v.startswith("/") for a in ("-v", f"{v}:/pod/{v}")]
+        self.sandbox = f"{self.name}-sandbox"
+        docker("run", "-d", "--name", self.sandbox, "--network", "none", "--user", "65534", *held,
+               "--entrypoint", "python3", image, "-c", "import signal; signal.pause()")  # fmt: skip
 
     def _volume(self, volume: dict[str, Any]) -> None:
         vname = f"{self.name}-{volume['name']}"

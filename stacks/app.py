@@ -24,7 +24,7 @@ from gguf_serve.catalog.lookup import resolve_locks, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
 from stacks.eks.stack import STACK_NAME as EKS_STACK
 from stacks.eks.stack import EksServingStack
-from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,9 @@ def build_app(
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
-    resolution = resolve_locks(models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups)
+    resolution = resolve_locks(
+        models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
+    )
     catalog = load_catalog(lock_file=lock_file, skip_unlocked=True)
     built = {p.stack_name: p for p in catalog.profiles.values()}
     env = cdk.Environment(account=options.account, region=options.region)
@@ -85,7 +87,7 @@ def build_app(
                 certificate_arn=options.certificate_arn,
                 image_build_args=options.image_build_args,
                 arm64_builder=options.arm64_builder,
-                debian_mirror=options.debian_mirror,
+                debian_mirrors=options.debian_mirrors,
                 env=env,
             )
         why = resolution.refused.get(model)
@@ -127,7 +129,7 @@ def _eks_stack(
         certificate_arn=options.certificate_arn,
         image_build_args=options.image_build_args,
         arm64_builder=options.arm64_builder,
-        debian_mirror=options.debian_mirror,
+        debian_mirrors=options.debian_mirrors,
         admin_role_arns=options.eks_admin_roles,
         env=env,
     )
@@ -168,4 +170,5 @@ def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingPro
 
 
 def _context_values(app: cdk.App) -> dict[str, Any]:
-    return {name: app.node.try_get_context(name) for name in OPTION_NAMES}
+    """The deploy options' `-c` values, and the old names of renamed ones (refused with the new name)."""
+    return {name: app.node.try_get_context(name) for name in (*OPTION_NAMES, *RENAMED)}

@@ -15,7 +15,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gguf_serve.catalog import ProfileError, ServingProfile
-from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
+from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements
@@ -46,7 +46,7 @@ class EksServingStack(Stack):
         certificate_arn: str | None = None,
         image_build_args: dict[str, str] | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
-        debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
+        debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
         admin_role_arns: tuple[str, ...] = (),
         **kwargs,
     ) -> None:
@@ -71,7 +71,7 @@ class EksServingStack(Stack):
         for target in dict.fromkeys(p.image for p in profiles):
             images[target.name] = ImageBuild(
                 image_scope, target.name, target=target, build_args=image_build_args, arm64_builder=arm64_builder,
-                debian_mirror=debian_mirror,
+                debian_mirrors=debian_mirrors,
             )  # fmt: skip
         self.load_balancers: dict[str, InferenceLoadBalancer] = {}
         for i, profile in enumerate(profiles):

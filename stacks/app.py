@@ -133,7 +133,7 @@ def _eks_stack(
         admin_role_arns=options.eks_admin_roles,
         env=env,
     )
-    why = "; ".join(r for r in (deploy_refusal(p) for p in profiles) if r)
+    why = "; ".join(r for r in (deploy_refusal(replace(p, stack_name="")) for p in profiles) if r)  # by profile name
     if why and refusals is not None:
         refusals[EKS_STACK] = f"{EKS_STACK}: {why}"
     elif why:

@@ -1,0 +1,192 @@
+"""An S3 stand-in for model-sized objects: HEAD and ranged GET of files on disk, at a capped rate, as WSGI.
+
+moto keeps every object in memory (or a spooled temporary file) and copies it per request; a 16.8 GB model is
+served here from a file instead (a sparse one costs no disk), with what the fetcher relies on from S3
+(`gguf_serve/container/fetch/s3cache.py`): the object's size, `ETag` and `x-amz-meta-*` on HEAD; `Range` answered
+206 with `Content-Range`; `If-Match` answered 412 `PreconditionFailed` when the ETag differs (the object was
+replaced); 416 `InvalidRange`. Both addressing styles (path and virtual-hosted) are understood.
+
+Two rates, as an instance sees them: `connection_bps` caps each response (one S3 GET stream) and `link_bps` caps
+all of them together (the instance's network). Anything that is not a GET or HEAD of a registered object goes to
+`app` (moto in the rehearsal), or answers 404 NoSuchKey without one.
+
+    store = ObjectFiles(link_bps=400e6, connection_bps=40e6)
+    store.put("bucket", "models/a/b/master/x.gguf", path, {"sha256": digest})
+    server = serve(store)      # werkzeug, threaded, on 127.0.0.1; server.port
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+CHUNK = 1024 * 1024
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+class Pace:
+    """A shared virtual clock: each chunk is sent no earlier than the rate allows after the chunks before it."""
+
+    def __init__(self, bps: float) -> None:
+        self.bps = bps
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def wait(self, n: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + n / self.bps
+        if start > now:
+            time.sleep(start - now)
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    path: Path
+    size: int
+    etag: str
+    metadata: dict[str, str]
+    modified: float
+
+
+@dataclass
+class Counters:
+    gets: int = 0
+    heads: int = 0
+    refused: int = 0  # 412 and 416
+    bytes_sent: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class ObjectFiles:
+    def __init__(
+        self,
+        app: Callable[..., Any] | None = None,
+        *,
+        link_bps: float | None = None,
+        connection_bps: float | None = None,
+    ) -> None:
+        self.app = app
+        self.link = Pace(link_bps) if link_bps else None
+        self.connection_bps = connection_bps
+        self.objects: dict[tuple[str, str], StoredObject] = {}
+        self.counters = Counters()
+
+    def put(self, bucket: str, key: str, path: Path, metadata: dict[str, str] | None = None) -> StoredObject:
+        st = path.stat()
+        etag = f'"{st.st_size:x}{st.st_mtime_ns:x}-1"'  # any quoted token; the fetcher only echoes it in If-Match
+        obj = StoredObject(path, st.st_size, etag, dict(metadata or {}), st.st_mtime)
+        self.objects[(bucket, key)] = obj
+        return obj
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        method = environ["REQUEST_METHOD"]
+        found = self._find(environ) if method in ("GET", "HEAD") else None
+        if found is None:
+            if self.app is not None:
+                return self.app(environ, start_response)
+            return _error(start_response, "404 Not Found", "NoSuchKey", "The specified key does not exist.")
+        obj = found
+        if_match = environ.get("HTTP_IF_MATCH")
+        if if_match is not None and if_match.strip() != obj.etag:
+            self._count(refused=1)
+            return _error(start_response, "412 Precondition Failed", "PreconditionFailed", "If-Match failed")
+        start, end, status = 0, obj.size - 1, "200 OK"
+        rng = environ.get("HTTP_RANGE")
+        if rng:
+            m = _RANGE.match(rng.strip())
+            if not m or int(m[1]) >= obj.size or (m[2] and int(m[2]) < int(m[1])):
+                self._count(refused=1)
+                return _error(start_response, "416 Requested Range Not Satisfiable", "InvalidRange", rng)
+            start, end, status = (
+                int(m[1]),
+                min(int(m[2]), obj.size - 1) if m[2] else obj.size - 1,
+                "206 Partial Content",
+            )
+        headers = [
+            ("Content-Type", "application/octet-stream"),
+            ("Content-Length", str(end - start + 1)),
+            ("ETag", obj.etag),
+            ("Last-Modified", formatdate(obj.modified, usegmt=True)),
+            ("Accept-Ranges", "bytes"),
+            *((f"x-amz-meta-{k}", v) for k, v in obj.metadata.items()),
+        ]
+        if status.startswith("206"):
+            headers.append(("Content-Range", f"bytes {start}-{end}/{obj.size}"))
+        start_response(status, headers)
+        if method == "HEAD":
+            self._count(heads=1)
+            return []
+        self._count(gets=1)
+        return self._body(obj, start, end + 1)
+
+    def _find(self, environ: dict[str, Any]) -> StoredObject | None:
+        path = unquote(environ.get("PATH_INFO", ""))
+        host = environ.get("HTTP_HOST", "").split(":")[0]
+        bucket, _, key = path.lstrip("/").partition("/")
+        found = self.objects.get((bucket, key))
+        if found is None and "." in host:  # virtual-hosted style: bucket.endpoint/key
+            found = self.objects.get((host.split(".", 1)[0], path.lstrip("/")))
+        return found
+
+    def _body(self, obj: StoredObject, start: int, end: int) -> Iterator[bytes]:
+        own = Pace(self.connection_bps) if self.connection_bps else None
+        fd = os.open(obj.path, os.O_RDONLY)
+        try:
+            pos = start
+            while pos < end:
+                n = min(CHUNK, end - pos)
+                if own is not None:
+                    own.wait(n)
+                if self.link is not None:
+                    self.link.wait(n)
+                block = os.pread(fd, n, pos)
+                if not block:
+                    return
+                pos += len(block)
+                self._count(bytes_sent=len(block))
+                yield block
+        finally:
+            os.close(fd)
+
+    def _count(self, **added: int) -> None:
+        with self.counters.lock:
+            for name, n in added.items():
+                setattr(self.counters, name, getattr(self.counters, name) + n)
+
+
+def _error(start_response: Callable[..., Any], status: str, code: str, message: str) -> list[bytes]:
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+            f"<RequestId>stand-in</RequestId></Error>").encode()  # fmt: skip
+    start_response(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class Served:
+    """A WSGI app on 127.0.0.1 in a thread (werkzeug's threaded server, one thread per connection)."""
+
+    def __init__(self, app: Callable[..., Any], port: int = 0) -> None:
+        from werkzeug.serving import make_server
+
+        self._server = make_server("127.0.0.1", port, app, threaded=True)
+        self.port = self._server.server_port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="objectstore", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._thread.join(10)
+
+
+def serve(app: Callable[..., Any], port: int = 0) -> Served:
+    return Served(app, port)

@@ -81,6 +81,10 @@ class ObjectFiles:
         self.objects: dict[tuple[str, str], StoredObject] = {}
         self.counters = Counters()
 
+    def limit(self, *, link_bps: float | None, connection_bps: float | None) -> None:
+        self.link = Pace(link_bps) if link_bps else None
+        self.connection_bps = connection_bps
+
     def put(self, bucket: str, key: str, path: Path, metadata: dict[str, str] | None = None) -> StoredObject:
         st = path.stat()
         etag = f'"{st.st_size:x}{st.st_mtime_ns:x}-1"'  # any quoted token; the fetcher only echoes it in If-Match

@@ -34,7 +34,8 @@ from hop_chaos import Stream, pct, stream_chat  # noqa: E402
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
 from gguf_serve.catalog.local import local_profile  # noqa: E402
-from gguf_serve.local.demo import cache_dir, llama_server_binary, source_gguf  # noqa: E402
+from gguf_serve.local.cache import cache_root  # noqa: E402
+from gguf_serve.local.demo import llama_server_binary, source_gguf  # noqa: E402
 from gguf_serve.local.process import PACKAGE_ROOT, free_port, start_server  # noqa: E402
 
 
@@ -65,7 +66,7 @@ def main() -> int:
     a = ap.parse_args()
 
     key = secrets.token_urlsafe(16)
-    model = source_gguf(cache_dir())
+    model = source_gguf(cache_root())
     profile = local_profile(load_catalog(), port=free_port())
     profile = dataclasses.replace(profile, server=dataclasses.replace(profile.server, parallel=a.parallel))
     load_before = os.getloadavg()

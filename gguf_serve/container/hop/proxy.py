@@ -795,6 +795,8 @@ class _Exchange:
                 if payload:
                     scanner.feed(payload, time.monotonic())
                     await conn._write(b"%x\r\n%b\r\n" % (len(payload), payload))
+                    if scanner.done and record is not None:
+                        record.answered = True  # a client may leave at [DONE], before the body's end
                 if decoder.done:
                     break
             data = await self._read_upstream(reader)

@@ -202,7 +202,22 @@ def test_redirect_to_storage_like_the_hub(
     r = fetch_file(FileSpec(SMALL_REPO, SMALL_FILE), tmp_path, endpoint=hub.url, part_size=MIB, progress=False)
     assert sha256_of(r.path) == sha
     kinds = [q["kind"] for q in hub.stats.requests]
-    assert kinds.count("redirect") == 6 and len(hub.stats.downloads()) == 6  # one per 1 MiB part
+    # The first redirect's storage URL serves the later ranges (a worker may ask the hub before one came back).
+    assert 1 <= kinds.count("redirect") <= 8 and len(hub.stats.downloads()) == 6  # one download per 1 MiB part
+    assert all(not q["credentials"] for q in hub.stats.downloads())  # the token stayed on the hub
     assert all("sig=" in d["path"] and d["status"] == 206 for d in hub.stats.downloads())
     assert all(d["host"].startswith("localhost:") and not d["credentials"] for d in hub.stats.downloads())
     assert all(q["credentials"] for q in hub.stats.requests if q["kind"] in ("listing", "redirect"))
+
+
+def test_an_expired_storage_url_is_asked_for_again(
+    hub: LocalScope, small_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    _, sha = small_file
+    hub.faults.redirect_to = hub.url.replace("127.0.0.1", "localhost")
+    hub.faults.signed_url_uses = 2  # then 403, as an expired signature is
+    r = fetch_file(FileSpec(SMALL_REPO, SMALL_FILE), tmp_path, endpoint=hub.url, connections=1, part_size=MIB,
+                   progress=False)  # fmt: skip
+    assert sha256_of(r.path) == sha
+    kinds = [q["kind"] for q in hub.stats.requests]
+    assert kinds.count("expired") == 2 and kinds.count("redirect") == 3  # 6 parts, 2 per signature

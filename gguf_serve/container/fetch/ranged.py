@@ -7,9 +7,11 @@ How the pieces fit:
   still to come (its owner stops where the half begins): the last seconds of a download run on every connection,
   not on the one that was cut or slowed down last. Saved progress stays a per-part prefix: bytes of such a second
   half past a gap are fetched again after a kill, which is at most the tail of one download.
-- One hasher thread feeds sha256 with the contiguous prefix of the file that is already written, reading it back
-  with `preadv` while it is still in the page cache (the workers run at most a few parts ahead of it), so the
-  20 GB are never read a second time from disk and nothing large is held in memory.
+- sha256 is fed the contiguous prefix of the file that is already written, read back with `preadv` while it is
+  still in the page cache (the workers run at most a few parts ahead of it), so the 20 GB are never read a second
+  time from disk and nothing large is held in memory. A hasher thread does it, and every worker takes a block
+  whenever it finds the hash free after a write: on a busy machine one thread's share of the CPU fell seconds
+  behind the network, all of them together keep up.
 - Every second the monitor thread replaces `<name>.partial.state` (JSON) with how many bytes of each part are
   written. A killed process loses nothing the kernel already has, so a new run on the same boot resumes every part
   where it stopped: nothing already on disk is downloaded again. Every 30 s the monitor also `fdatasync`s the file
@@ -210,8 +212,10 @@ class _Pass:
         self.abort = threading.Event()
         self.error: BaseException | None = None
         self.frontier = 0  # index in self.ranges of the first range not completely written
-        self.hashed = 0
+        self.hashed = 0  # changes only under hash_lock, which also guards hasher and hash_buffer
         self.hasher = hashlib.sha256()
+        self.hash_lock = threading.Lock()
+        self.hash_buffer = memoryview(bytearray(HASH_BLOCK))
         self.digest: str | None = None
         self.start_bytes = sum(r.written for r in self.ranges)
         self.steals = 0
@@ -369,6 +373,9 @@ class _Pass:
                         self.dl.stats.transferred += n
                         if self.frontier < len(self.ranges) and self.ranges[self.frontier] is r:
                             self.cond.notify_all()  # only the first unfinished range moves the hashed prefix
+                        hashable = self._contiguous_end()
+                    if hashable - self.hashed >= HASH_BLOCK:
+                        self._hash_upto(hashable, wait=False, most=HASH_BLOCK)
                     if r.left <= 0:
                         return  # split: the rest of this stream is someone else's
                 if r.left > 0:
@@ -410,25 +417,35 @@ class _Pass:
         return r.start + r.written
 
     def _hash_loop(self) -> None:
-        buf = bytearray(HASH_BLOCK)
-        view = memoryview(buf)
         size = self.dl.size
         while self.hashed < size:
             with self.cond:
-                while (end := self._contiguous_end()) <= self.hashed and not self.abort.is_set():
+                while (end := self._contiguous_end()) <= self.hashed < size and not self.abort.is_set():
                     self.cond.wait(timeout=1.0)
                 if self.abort.is_set():
                     return
-            while self.hashed < end:
-                want = min(HASH_BLOCK, end - self.hashed)
-                n = os.preadv(self.fd, [view[:want]], self.hashed)
+            self._hash_upto(end, wait=True)
+        self.digest = self.hasher.hexdigest()
+
+    def _hash_upto(self, end: int, *, wait: bool, most: int | None = None) -> None:
+        """Hash the written prefix up to `end` (at most `most` bytes), unless another thread holds the hash and
+        `wait` is false. Whoever holds hash_lock feeds sha256, in file order."""
+        if not self.hash_lock.acquire(blocking=wait):
+            return
+        try:
+            stop = end if most is None else min(end, self.hashed + most)
+            while self.hashed < stop and not self.abort.is_set():
+                want = min(HASH_BLOCK, stop - self.hashed)
+                n = os.preadv(self.fd, [self.hash_buffer[:want]], self.hashed)
                 if n <= 0:
                     raise FetchError(f"could not read back {partial_path(self.dl.target)} at {self.hashed}")
-                self.hasher.update(view[:n])
+                self.hasher.update(self.hash_buffer[:n])
                 self.hashed += n
-                if self.abort.is_set():
-                    return
-        self.digest = self.hasher.hexdigest()
+        finally:
+            self.hash_lock.release()
+        if self.hashed >= self.dl.size:
+            with self.cond:
+                self.cond.notify_all()  # the hasher thread may be waiting for bytes a worker just hashed
 
     # --- state ---------------------------------------------------------------------------------------------------
     def _prefixes(self) -> dict[str, int]:

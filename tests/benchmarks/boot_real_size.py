@@ -152,9 +152,9 @@ def _fetch_line(world) -> str:  # noqa: ANN001 - tests.rehearsal.harness.World
 
 def _page_cache_read(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstance
     """Seconds to read the whole model back inside the instance (the page cache, or the disk where it was evicted)."""
-    out = instance.sh(f"s=$(date +%s.%N); cat {MODEL_DIR}/{file} > /dev/null; e=$(date +%s.%N); echo \"$e - $s\" | bc",
-                      timeout=1800).stdout  # fmt: skip
-    return float(out.strip() or "nan")
+    script = f"s=$(date +%s%N); cat {MODEL_DIR}/{file} > /dev/null; e=$(date +%s%N); echo $(((e - s) / 1000000))"
+    out = instance.sh(script, timeout=1800).stdout
+    return int(out.strip()) / 1000 if out.strip().isdigit() else float("nan")
 
 
 def _measured(at: dict[str, float], fetch_line: str, read_s: float) -> dict[str, float]:

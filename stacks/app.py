@@ -22,7 +22,7 @@ from gguf_serve.catalog import ProfileError, ServingProfile
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
 from gguf_serve.catalog.lookup import resolve_locks, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
-from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,9 @@ def build_app(
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
-    resolution = resolve_locks(models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups)
+    resolution = resolve_locks(
+        models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
+    )
     built = {p.stack_name: p for p in load_catalog(lock_file=lock_file, skip_unlocked=True).profiles.values()}
     env = cdk.Environment(account=options.account, region=options.region)
     for stack_name, model in models.items():
@@ -82,7 +84,7 @@ def build_app(
                 certificate_arn=options.certificate_arn,
                 image_build_args=options.image_build_args,
                 arm64_builder=options.arm64_builder,
-                debian_mirror=options.debian_mirror,
+                debian_mirrors=options.debian_mirrors,
                 env=env,
             )
         why = resolution.refused.get(model)
@@ -128,4 +130,5 @@ def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingPro
 
 
 def _context_values(app: cdk.App) -> dict[str, Any]:
-    return {name: app.node.try_get_context(name) for name in OPTION_NAMES}
+    """The deploy options' `-c` values, and the old names of renamed ones (refused with the new name)."""
+    return {name: app.node.try_get_context(name) for name in (*OPTION_NAMES, *RENAMED)}

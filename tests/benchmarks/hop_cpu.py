@@ -53,16 +53,19 @@ def start(cmd: list[str]) -> tuple[subprocess.Popen[str], int]:
     raise RuntimeError(f"{cmd[:3]} did not start")
 
 
-async def one(port: int, tokens: int, gap_ms: float) -> int:
-    """One streamed request on a fresh connection; the content events received."""
+async def one(port: int, tokens: int, gap_ms: float, ttfts: list[float] | None = None) -> int:
+    """One streamed request on a fresh connection; the content events received (and its TTFT into `ttfts`)."""
     body = json.dumps({"stream": True, "max_tokens": tokens, "gap_ms": gap_ms,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    start = time.perf_counter()
     reader, writer = await asyncio.open_connection(HOST, port)
     writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Authorization: Bearer k\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
     seen, tail = 0, b""
     try:
         while data := await reader.read(65536):
+            if not seen and b'"content":"' in data and ttfts is not None:
+                ttfts.append(time.perf_counter() - start)
             seen += data.count(b'"content":"')
             tail = (tail + data)[-16:]
             if tail.endswith(b"0\r\n\r\n"):
@@ -72,11 +75,25 @@ async def one(port: int, tokens: int, gap_ms: float) -> int:
     return seen
 
 
-async def load(port: int, streams: int, requests: int, tokens: int, gap_ms: float) -> int:
+async def load(port: int, streams: int, requests: int, tokens: int, gap_ms: float, ttfts: list | None = None) -> int:
     async def worker() -> int:
-        return sum([await one(port, tokens, gap_ms) for _ in range(requests)])
+        return sum([await one(port, tokens, gap_ms, ttfts) for _ in range(requests)])
 
     return sum(await asyncio.gather(*(worker() for _ in range(streams))))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def ttft_rounds(hop_port: int, up_port: int, streams: int, rounds: int, gap_ms: float) -> dict[str, list[float]]:
+    """TTFT of short streamed requests, direct to the upstream and through the hop, rounds alternating."""
+    seen: dict[str, list[float]] = {"direct": [], "hop": []}
+    for i in range(rounds):
+        for path in ("direct", "hop") if i % 2 == 0 else ("hop", "direct"):
+            asyncio.run(load(up_port if path == "direct" else hop_port, streams, 1, 8, gap_ms, seen[path]))
+    return seen
 
 
 def callgrind_total(out: Path) -> int:
@@ -94,6 +111,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=0, help="requests per stream (default: 4096 tokens per stream)")
     ap.add_argument("--gap-ms", type=float, default=1.0, help="upstream time between tokens of one stream")
     ap.add_argument("--callgrind", action="store_true", help="run the hop under callgrind: instructions per token")
+    ap.add_argument("--ttft-rounds", type=int, default=20, help="rounds per path of the TTFT comparison")
+    ap.add_argument("--ttft-gap-ms", type=float, default=25.0, help="token gap in the TTFT rounds (40 tok/s a stream)")
     a = ap.parse_args()
     upstream, up_port = start([sys.executable, str(ROOT / "tests/benchmarks/sse_upstream.py"), "0"])
     work = Path(tempfile.mkdtemp(prefix="hop-cpu-"))
@@ -122,13 +141,14 @@ def main() -> int:
                     subprocess.run(["callgrind_control", "-d", str(hop.pid)], check=True, capture_output=True)
                     dumps = sorted(work.glob(f"cg.{hop.pid}.*"), key=lambda p: p.stat().st_mtime)
                     instructions = callgrind_total(dumps[-1])
+                ttft = {} if a.callgrind else ttft_rounds(port, up_port, streams, a.ttft_rounds, a.ttft_gap_ms)
             finally:
                 hop.terminate()
                 hop.wait(30)
             expected = streams * requests * a.tokens
             if seen != expected:
                 raise RuntimeError(f"{streams} streams: {seen} tokens arrived, {expected} sent")
-            rows.append((streams, streams * requests, seen, wall, cpu, instructions))
+            rows.append((streams, streams * requests, seen, wall, cpu, instructions, ttft))
     finally:
         upstream.terminate()
         upstream.wait(10)
@@ -140,13 +160,28 @@ def main() -> int:
     print("| streams | requests | tokens | seconds | hop CPU s (user + system) | hop CPU us per token (user + system) "
           "| hop CPU ms per request | instructions per token |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
-    for streams, requests, tokens, wall, (user, system), ins in rows:
+    for streams, requests, tokens, wall, (user, system), ins, _ in rows:
         cpu = user + system
         print(
             f"| {streams} | {requests} | {tokens} | {wall:.1f} | {cpu:.2f} ({user:.2f} + {system:.2f}) | "
             f"{1e6 * cpu / tokens:.0f} ({1e6 * user / tokens:.0f} + {1e6 * system / tokens:.0f}) | "
             f"{1e3 * cpu / requests:.1f} | {f'{ins / tokens:,.0f}' if ins else '-'} |"
         )
+    if not a.callgrind:
+        print(
+            f"\nTTFT of 8-token streamed requests ({a.ttft_gap_ms:g} ms between tokens), direct to the upstream and "
+            "through the hop, rounds alternating:"
+        )
+        print("| streams | requests per path | TTFT p50 direct / hop ms | hop - direct p50 | TTFT p99 direct / hop ms "
+              "| hop - direct p99 |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
+        for streams, *_, ttft in rows:
+            d, h = [x * 1000 for x in ttft["direct"]], [x * 1000 for x in ttft["hop"]]
+            d50, h50, d99, h99 = pct(d, 0.5), pct(h, 0.5), pct(d, 0.99), pct(h, 0.99)
+            print(
+                f"| {streams} | {len(h)} | {d50:.2f} / {h50:.2f} | {h50 - d50:+.2f} ms | {d99:.2f} / {h99:.2f} "
+                f"| {h99 - d99:+.2f} ms |"
+            )
     return 0
 
 

@@ -61,7 +61,8 @@ def test_warm_pool_instances_check_their_release(templates, stack):
     param = res[param_id]["Properties"]
     ud = user_data(t)
     assert param["Name"] == release_parameter_name(stack)
-    assert f'!= "{param["Value"]}" ]]' in ud  # the release rendered into this launch template
+    assert f'\nRELEASE={param["Value"]}\n' in ud  # the release rendered into this launch template
+    assert '!= "\\$RELEASE" ]]' in ud  # and compared with the parameter by the readiness script
     assert "--lifecycle-action-result ABANDON" in ud
     assert param_id in res["ServingGroup"]["DependsOn"]  # published before the rolling update starts
     # The instance role may read that parameter and nothing else in SSM Parameter Store.

@@ -10,6 +10,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from gguf_serve.catalog import ProfileError
 from gguf_serve.preflight.checks import Result, Status, run_checks
 from gguf_serve.preflight.plan import deploy_plan
+from gguf_serve.preflight.sagemaker import endpoint_checks
 
 
 def main(argv: list[str] | None = None, *, session=None) -> int:
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
         return 2
     stacks = ", ".join(s.stack_name for s in plan.stacks)
     print(f"Pre-flight for {stacks} in account {account}, {plan.region} (read-only)\n")
-    results = run_checks(plan, lambda service: session.client(service, region_name=plan.region))
+    client = lambda service: session.client(service, region_name=plan.region)  # noqa: E731
+    results = run_checks(plan, client) + endpoint_checks(plan.endpoints, plan.region, client)
     print(render(results))
     blockers = sum(r.status is Status.BLOCKER for r in results)
     print(f"\n{blockers} blocker(s), {sum(r.status is Status.WARN for r in results)} warning(s)")

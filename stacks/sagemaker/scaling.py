@@ -6,14 +6,19 @@ works under network isolation and with no container metric at all. The predefine
 SageMakerVariantConcurrentRequestsPerModelHighResolution (Application Auto Scaling API Reference,
 PredefinedMetricSpecification, https://docs.amazonaws.cn/autoscaling/application/APIReference/
 API_PredefinedMetricSpecification.html; botocore 1.43.11 and CDK 2.275 list it). The target is the profile's
-slots times fleet.target_busy_slot_ratio per instance, as on EC2. The scalable target uses Application Auto
-Scaling's service-linked role for SageMaker (the pre-flight checks it exists).
+slots times fleet.target_busy_slot_ratio per instance, as on EC2.
+
+For SageMaker, Application Auto Scaling acts through its service-linked role whatever RoleARN says ("Service-linked
+roles for Application Auto Scaling", https://docs.amazonaws.cn/en_us/autoscaling/application/userguide/
+application-auto-scaling-service-linked-roles.html): the target names that role instead of a new one that would
+go unused; it is created on first use if the deployer may, and the pre-flight reads whether it exists.
 """
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
 from gguf_serve.catalog.errors import ProfileError
@@ -22,6 +27,8 @@ from gguf_serve.catalog.errors import ProfileError
 # cooldown keeps scale-ins rare; the cut-streams alarm counts any (stacks/sagemaker/monitoring.py).
 SCALE_IN_COOLDOWN = Duration.minutes(15)
 SCALE_OUT_COOLDOWN = Duration.minutes(1)
+SERVICE_LINKED_ROLE_NAME = "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+SERVICE_LINKED_ROLE = f"aws-service-role/sagemaker.application-autoscaling.amazonaws.com/{SERVICE_LINKED_ROLE_NAME}"
 
 
 class EndpointScaling(Construct):
@@ -49,6 +56,9 @@ class EndpointScaling(Construct):
         if not target_concurrency > 0:
             raise ProfileError(f"endpoint scaling: target_concurrency {target_concurrency} must be above 0")
         super().__init__(scope, construct_id)
+        role_arn = Stack.of(self).format_arn(
+            service="iam", region="", resource="role", resource_name=SERVICE_LINKED_ROLE
+        )
         self.target = appscaling.ScalableTarget(
             self,
             "Target",
@@ -57,6 +67,7 @@ class EndpointScaling(Construct):
             scalable_dimension="sagemaker:variant:DesiredInstanceCount",
             min_capacity=min_instances,
             max_capacity=max_instances,
+            role=iam.Role.from_role_arn(self, "ServiceLinkedRole", role_arn, mutable=False),
         )
         self.target.node.add_dependency(endpoint)
         self.target.scale_to_track_metric(

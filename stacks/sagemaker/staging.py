@@ -40,13 +40,14 @@ _BUILD_SPEC = {
     "phases": {
         "install": {"runtime-versions": {"python": "3.12"}},
         "build": {
+            # buildspec 0.2 runs every command in one shell: WORK carries over
             "commands": [
                 '(cd "$CODEBUILD_SRC_DIR_sources/wheels" && sha256sum -c --quiet SHA256SUMS)',
-                'mkdir -p /tmp/site && for w in "$CODEBUILD_SRC_DIR_sources"/wheels/*.whl; do '
-                'python3 -m zipfile -e "$w" /tmp/site; done',
-                'printf %s "$RUNTIME_SPEC" > /tmp/runtime.json',
-                'PYTHONPATH="$CODEBUILD_SRC_DIR:/tmp/site" python3 -m gguf_serve.container.launch fetch '
-                '--spec /tmp/runtime.json --model-dir /tmp/model --s3-cache "$STAGING_URI" --connections 8',
+                'WORK="$(mktemp -d)" && mkdir "$WORK/site" && for w in "$CODEBUILD_SRC_DIR_sources"/wheels/*.whl; '
+                'do python3 -m zipfile -e "$w" "$WORK/site"; done',
+                'printf %s "$RUNTIME_SPEC" > "$WORK/runtime.json"',
+                'PYTHONPATH="$CODEBUILD_SRC_DIR:$WORK/site" python3 -m gguf_serve.container.launch fetch '
+                '--spec "$WORK/runtime.json" --model-dir "$WORK/model" --s3-cache "$STAGING_URI" --connections 8',
             ]
         },
     },

@@ -147,3 +147,12 @@ def test_a_gguf_of_another_architecture_under_the_right_name_is_refused(tmp_path
     write_gguf(root / FILE, arch="gemma3")
     with pytest.raises(LaunchRefused, match="bytes but Tiny is|is a 'gemma3' model"):
         verify_model(spec, root)
+
+
+def test_the_image_says_it_takes_sagemakers_port():
+    from gguf_serve.container.sagemaker.contract import BIND_PORT_LABEL
+    from tests.conftest import ROOT
+
+    dockerfile = (ROOT / "docker" / "app.Dockerfile").read_text()
+    image_stage = dockerfile.split("FROM ${CHECK_IMAGE}")[0]  # the stage the serving image is built FROM
+    assert f"LABEL {BIND_PORT_LABEL}=true" in image_stage.splitlines()

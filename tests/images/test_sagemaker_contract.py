@@ -26,7 +26,7 @@ from gguf_serve.local.process import free_port
 from tests.committed import local_profile
 from tests.container.sagemaker.harness import Pings, invoke, sse_text
 from tests.images.buildspec import BuildInputs, build_inputs, run_buildspec
-from tests.images.engine import docker, ensure_engine
+from tests.images.engine import CACHE, docker, ensure_engine
 from tests.images.scenario import UID
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -108,6 +108,12 @@ def test_the_image_carries_the_label_and_serves_sagemakers_contract(image, gemma
         assert drain["DrainStreamsCut"] + drain["DrainStreamsFinished"] == 1
         assert drain["EndpointName"] == "rehearsal" and "drain (SIGTERM):" in logs
         assert result["c"] is (drain["DrainStreamsCut"] == 0)
+        report = {
+            "first_ping_200_s": pings.first_ok(), "pings": len(pings.seen), "stop_s": round(took, 1),
+            "streams_cut": drain["DrainStreamsCut"], "streams_finished": drain["DrainStreamsFinished"],
+        }  # fmt: skip
+        (CACHE / "image-tier").mkdir(parents=True, exist_ok=True)
+        (CACHE / "image-tier" / "sagemaker-contract.json").write_text(json.dumps(report))
     finally:
         pings.stop()
         docker("rm", "-f", name, check=False)

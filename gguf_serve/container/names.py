@@ -28,6 +28,8 @@ RUNTIME_SPEC_PATH = (
 )
 # Where no file can be mounted (a SageMaker model), the runtime spec's JSON travels in this variable instead
 RUNTIME_SPEC_ENV = "GGUF_SERVE_RUNTIME_SPEC"
+# The port SageMaker gives the container (gguf_serve/container/sagemaker/contract.py says where that is written)
+SAGEMAKER_PORT_ENV = "SAGEMAKER_BIND_TO_PORT"
 HOST_MODEL_DIR = f"/opt/{PRODUCT}/models"
 CONTAINER_MODEL_DIR = "/models"
 RUN_DIR = f"/run/{PRODUCT}"  # tmpfs, 0700: the API key, written at each server start

@@ -134,6 +134,10 @@ def test_root_and_another_port_as_the_documentation_expects(image, gemma_gguf, t
         status, _, _, complete = invoke(port, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
         assert status == 200 and complete
         assert "llama-server on 127.0.0.1:9100" in _logs(name)
+        deadline = time.monotonic() + 90  # the image's HEALTHCHECK asks SAGEMAKER_BIND_TO_PORT, every 15 s
+        while docker("inspect", "-f", "{{.State.Health.Status}}", name).stdout.strip() != "healthy":
+            assert time.monotonic() < deadline, docker("inspect", "-f", "{{json .State.Health}}", name).stdout
+            time.sleep(1)
     finally:
         pings.stop()
         docker("rm", "-f", name, check=False)

@@ -14,6 +14,8 @@ Standard library only: the image ships this folder.
 
 from __future__ import annotations
 
+from gguf_serve.container.names import SAGEMAKER_PORT_ENV
+
 # SM-CODE: "SageMaker AI runs the container as: docker run image serve" (the argument replaces the image's CMD).
 SERVE_ARGV = ("serve",)
 # SM-CODE: a web server answering POST /invocations and GET /ping on port 8080.
@@ -24,7 +26,7 @@ DEFAULT_PORT = 8080
 # container listens on SAGEMAKER_BIND_TO_PORT; "If this environment variable isn't present, containers default to
 # using port 8080". A second port (here llama-server's) comes from the range in SAGEMAKER_SAFE_PORT_RANGE.
 BIND_PORT_LABEL = "com.amazonaws.sagemaker.capabilities.accept-bind-to-port"
-BIND_PORT_ENV = "SAGEMAKER_BIND_TO_PORT"
+BIND_PORT_ENV = SAGEMAKER_PORT_ENV  # also read by the image's HEALTHCHECK (launch/health.py)
 SAFE_PORT_RANGE_ENV = "SAGEMAKER_SAFE_PORT_RANGE"
 # SM-CODE: "The request timeout on /ping attempts is 2 seconds"; the container "must accept socket connection
 # requests within 250 ms": the front binds before the model is checked or loaded.

@@ -52,7 +52,7 @@ def make_sagemaker_client(endpoint_name: str, *, region: str | None, timeout: fl
 
         # One attempt: a retried request would count its failed attempt's time as generation time.
         config = Config(read_timeout=timeout, connect_timeout=10, retries={"total_max_attempts": 1})
-        runtime = boto3.client("sagemaker-runtime", region_name=region, config=config)
+        runtime = boto3.session.Session().client("sagemaker-runtime", region_name=region, config=config)
     transport = SageMakerTransport(endpoint_name, runtime)
     http = httpx.Client(transport=transport, timeout=timeout)
     return OpenAI(base_url=BASE_URL, api_key="iam", http_client=http, timeout=timeout, max_retries=0)

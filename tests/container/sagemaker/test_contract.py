@@ -156,3 +156,30 @@ def test_the_image_says_it_takes_sagemakers_port():
     dockerfile = (ROOT / "docker" / "app.Dockerfile").read_text()
     image_stage = dockerfile.split("FROM ${CHECK_IMAGE}")[0]  # the stage the serving image is built FROM
     assert f"LABEL {BIND_PORT_LABEL}=true" in image_stage.splitlines()
+
+
+def test_the_images_healthcheck_asks_the_port_sagemaker_gave(monkeypatch, tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from gguf_serve.container.launch import health
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("SAGEMAKER_BIND_TO_PORT", str(server.server_address[1]))
+        assert health.check(str(tmp_path / "no-spec.json"), 2.0) == 0  # no runtime spec file on SageMaker
+        spec = tmp_path / "runtime.json"
+        spec.write_text('{"server": {"port": 1}}')  # the EC2 instance's spec wins where there is one
+        assert health.check(str(spec), 2.0) == 1
+    finally:
+        server.shutdown()

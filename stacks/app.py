@@ -24,7 +24,7 @@ from gguf_serve.catalog.hosting import sagemaker_stack_name
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
 from gguf_serve.catalog.lookup import resolve_locks, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
-from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptions, load_options
 from stacks.sagemaker.app import add_sagemaker_stacks
 from stacks.serving_stack import ServingStack
 
@@ -68,7 +68,9 @@ def build_app(
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
     wanted = list(dict.fromkeys([*models.values(), *twins.values()]))
-    resolution = resolve_locks(wanted, root=PROFILES_DIR, lock_file=lock_file, lookups=lookups)
+    resolution = resolve_locks(
+        wanted, root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
+    )
     catalog = load_catalog(lock_file=lock_file, skip_unlocked=True)
     built = {p.stack_name: p for p in catalog.profiles.values()}
     env = cdk.Environment(account=options.account, region=options.region)
@@ -88,7 +90,7 @@ def build_app(
                 certificate_arn=options.certificate_arn,
                 image_build_args=options.image_build_args,
                 arm64_builder=options.arm64_builder,
-                debian_mirror=options.debian_mirror,
+                debian_mirrors=options.debian_mirrors,
                 env=env,
             )
         why = resolution.refused.get(model)
@@ -138,4 +140,5 @@ def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingPro
 
 
 def _context_values(app: cdk.App) -> dict[str, Any]:
-    return {name: app.node.try_get_context(name) for name in OPTION_NAMES}
+    """The deploy options' `-c` values, and the old names of renamed ones (refused with the new name)."""
+    return {name: app.node.try_get_context(name) for name in (*OPTION_NAMES, *RENAMED)}

@@ -31,6 +31,13 @@ GP3_MAX_GIB = 16 * 1024
 DRAIN_HEARTBEATS_MISSED = 3  # the drain hook times out (CONTINUE) after this many DRAIN_HEARTBEAT_S without one
 
 
+def group_name(stack_name: str) -> str:
+    """The group's name, fixed so that what only watches or wakes the group (alarms, dashboard, the wake door) names
+    it without a reference, and CloudFormation creates them at once instead of after the first instance's signal.
+    It matches the `<stack>-ServingGroup-*` pattern the instance role's lifecycle permissions name."""
+    return f"{stack_name}-{GROUP_LOGICAL_ID}-serving"
+
+
 def release_parameter_name(stack_name: str) -> str:
     """The SSM parameter holding the group's current release (user data reads it by this name)."""
     return f"/{stack_name}/serving-release"
@@ -91,6 +98,7 @@ class ServingFleet(Construct):
             description="Release of the launch template; warm-pool instances of another release abandon their launch",
         )
         self.release_parameter.grant_read(self.role)
+        self.group_name = group_name(Stack.of(self).stack_name)
         self.asg = self._group(vpc, fleet, boot)
         self._hooks(boot)
         self.drain_deadline_s = fleet.drain_deadline_s
@@ -144,12 +152,19 @@ class ServingFleet(Construct):
     def _group(self, vpc: ec2.IVpc, fleet: FleetSettings, boot: Duration) -> autoscaling.AutoScalingGroup:
         capacity: dict = {"launch_template": self.launch_template}
         if fleet.spot:
-            # All Spot, capacity-optimized; a rebalance recommendation starts a replacement before the interruption.
+            # Spot above an On-Demand base of what a deploy or a rolling update waits for (min_capacity, plus the
+            # instances an update launches beside them): an empty Spot pool never stalls the creation signal or an
+            # update, only scale-out, across every listed type (capacity-optimized). A rebalance recommendation starts
+            # a replacement before the interruption. No warm pool: PutWarmPool refuses a mixed instances policy.
+            types = (self.launch_template.instance_type, *map(ec2.InstanceType, fleet.spot_instance_types))
             capacity = {
                 "mixed_instances_policy": autoscaling.MixedInstancesPolicy(
                     launch_template=self.launch_template,
+                    launch_template_overrides=[autoscaling.LaunchTemplateOverrides(instance_type=t) for t in types]
+                    if fleet.spot_instance_types
+                    else None,
                     instances_distribution=autoscaling.InstancesDistribution(
-                        on_demand_base_capacity=0,
+                        on_demand_base_capacity=fleet.min_capacity + fleet.rolling_batch if fleet.min_capacity else 0,
                         on_demand_percentage_above_base_capacity=0,
                         spot_allocation_strategy=autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED,
                     ),
@@ -159,6 +174,7 @@ class ServingFleet(Construct):
         asg = autoscaling.AutoScalingGroup(
             self,
             "Group",
+            auto_scaling_group_name=self.group_name,
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             **capacity,

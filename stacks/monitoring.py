@@ -32,7 +32,7 @@ class ServiceMonitoring(Construct):
         fleet: FleetSettings,
         has_gpu: bool,
         mtp: bool,
-        asg: autoscaling.AutoScalingGroup,
+        asg: autoscaling.IAutoScalingGroup,
         alb: elbv2.ApplicationLoadBalancer,
         target_group: elbv2.ApplicationTargetGroup,
         wake_answers: cloudwatch.IMetric | None = None,
@@ -80,7 +80,7 @@ class ServiceMonitoring(Construct):
         )  # fmt: skip
 
     def _alarms(
-        self, *, name: str, fleet: FleetSettings, has_gpu: bool, asg: autoscaling.AutoScalingGroup,
+        self, *, name: str, fleet: FleetSettings, has_gpu: bool, asg: autoscaling.IAutoScalingGroup,
         healthy: _Metric, error_rate: _Metric, deferred: _Metric, cut: _Metric,
     ) -> None:  # fmt: skip
         """No healthy host, 5xx rate, backlog, cut streams, slow first tokens."""
@@ -143,7 +143,7 @@ class ServiceMonitoring(Construct):
         )
 
     def _dashboard(
-        self, *, name: str, mtp: bool, has_gpu: bool, asg: autoscaling.AutoScalingGroup,
+        self, *, name: str, mtp: bool, has_gpu: bool, asg: autoscaling.IAutoScalingGroup,
         alb: elbv2.ApplicationLoadBalancer, tg: elbv2.IApplicationTargetGroupMetrics,
         healthy: _Metric, errors_5xx: _Metric, cut: _Metric, wake_answers: cloudwatch.IMetric | None,
     ) -> None:  # fmt: skip

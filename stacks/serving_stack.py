@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from aws_cdk import Aspects, Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gguf_serve.catalog import ServingProfile
-from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
+from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from gguf_serve.container.metrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
@@ -38,7 +39,7 @@ class ServingStack(Stack):
         certificate_arn: str | None = None,
         image_build_args: dict[str, str] | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
-        debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
+        debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
@@ -55,7 +56,7 @@ class ServingStack(Stack):
             target=profile.image,
             build_args=image_build_args,
             arm64_builder=arm64_builder,
-            debian_mirror=debian_mirror,
+            debian_mirrors=debian_mirrors,
         )
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
@@ -91,15 +92,19 @@ class ServingStack(Stack):
         no_target_503 = lb.alb.metrics.http_code_elb(
             elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
         )
+        # Scaling policies, their alarms, scheduled actions and the warm pool act on the group: they follow it. What
+        # only watches or wakes it names it (a fixed name, no reference), so CloudFormation creates it in the first
+        # minutes beside the load balancer, and a refusal of any of it comes before the image build and the boot.
         self.scaling = FleetScaling(self, "Scaling", fleet=profile.fleet, asg=fleet.asg, no_target_503=no_target_503)
+        named = autoscaling.AutoScalingGroup.from_auto_scaling_group_name(self, "GroupByName", fleet.group_name)
         self.wake_door = None
         if profile.fleet.wake_on_request:
             self.wake_door = WakeDoor(
-                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=fleet.asg, wake_s=profile.wake_s
+                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=named, wake_s=profile.wake_s
             )
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", name=self.stack_name, fleet=profile.fleet, has_gpu=profile.hardware.has_gpu,
-            mtp=profile.mtp, asg=fleet.asg, alb=lb.alb, target_group=lb.target_group,
+            mtp=profile.mtp, asg=named, alb=lb.alb, target_group=lb.target_group,
             wake_answers=self.wake_door.answered if self.wake_door else None,
         )  # fmt: skip
 

@@ -54,7 +54,7 @@ class WakeDoor(Construct):
         *,
         listener: elbv2.ApplicationListener,
         servers: elbv2.ApplicationTargetGroup,
-        asg: autoscaling.AutoScalingGroup,
+        asg: autoscaling.IAutoScalingGroup,
         wake_s: int,
     ) -> None:
         """
@@ -117,7 +117,7 @@ class WakeDoor(Construct):
             period=Duration.minutes(1), statistic="Sum", label="requests the wake door answered"
         )
 
-    def _grant(self, asg: autoscaling.AutoScalingGroup) -> None:
+    def _grant(self, asg: autoscaling.IAutoScalingGroup) -> None:
         stack = Stack.of(self)
         group_arn = stack.format_arn(
             service="autoscaling",
@@ -152,7 +152,9 @@ class WakeDoor(Construct):
                 ),
             ],
         )
-        group_id = stack.resolve(asg.node.default_child.logical_id)  # type: ignore[union-attr]  # overridden
+        # The group by its fixed name (ServingFleet.group_name), or by a reference to it (<logical id>).
+        child = asg.node.default_child
+        group = f"<{stack.resolve(child.logical_id)}>" if child is not None else asg.auto_scaling_group_name  # type: ignore[attr-defined]
         acknowledge(
             policy,
             "AwsSolutions-IAM5",
@@ -161,7 +163,7 @@ class WakeDoor(Construct):
             findings=[
                 "Resource::*",
                 f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:<AWS::AccountId>:autoScalingGroup:*:"
-                f"autoScalingGroupName/<{group_id}>",
+                f"autoScalingGroupName/{group}",
             ],
         )
         acknowledge(
@@ -176,7 +178,7 @@ class WakeDoor(Construct):
             "Python 3.13 is supported in the China regions; 3.14 there is not verified by this project.",
         )
 
-    def _triggers(self, asg: autoscaling.AutoScalingGroup) -> None:
+    def _triggers(self, asg: autoscaling.IAutoScalingGroup) -> None:
         target = events_targets.LambdaFunction(self.function, retry_attempts=2)
         events.Rule(
             self,

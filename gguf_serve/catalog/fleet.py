@@ -35,6 +35,10 @@ class FleetSettings:
     warm_pool_size: int = 1  # stopped instances that already hold the verified model
     rolling_batch: int = 1  # instances a rolling update launches beside the running ones
     spot: bool = False  # CPU stacks only: Spot capacity with capacity rebalancing
+    # With spot: more instance types for the Spot pools (capacity-optimized across all of them), each a type of
+    # profiles/hardware.toml with the profile's architecture, vCPUs and cores (the same runtime spec) and checked
+    # against the profile's memory plan at load; the instances a deploy or an update waits for are On-Demand.
+    spot_instance_types: tuple[str, ...] = ()
     off_hours: tuple[int, int] | None = None  # (stop, start) hour in Asia/Shanghai on weekdays: scale to zero
     # The longest answer a drain waits for (scale-in, rolling update, warm-pool return): the report's longest
     # generation, 2048 tokens at its slowest measured single stream, 4.56 tok/s (the ALB idle timeout's reasoning).

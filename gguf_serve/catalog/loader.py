@@ -238,6 +238,8 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
             "name": name,
             "size_bytes": lock.size_bytes,
             "sha256": lock.sha256,
+            # Only a listing's commit is fetched by instances; a typed entry has none, and fetches its revision.
+            "commit": lock.commit if lock.locked_from == "listing" else None,
             "gguf_architecture": facts["architecture"],
             "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
             "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
@@ -286,7 +288,7 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
     if server_doc.get("gpu_layers") == "all":
         server_doc["gpu_layers"] = ALL_LAYERS
     fleet_doc = dict(_table(doc.get("fleet", {}), f"{where}: fleet"))
-    for key in ("allowed_cidrs", "off_hours"):
+    for key in ("allowed_cidrs", "off_hours", "spot_instance_types"):
         if isinstance(fleet_doc.get(key), list):
             fleet_doc[key] = tuple(fleet_doc[key])
     fleet = _build(FleetSettings, fleet_doc, f"{where}: fleet")
@@ -294,6 +296,7 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
+    _check_spot_types(fleet, hw, hardware, models[doc["model"]], f"{where}: fleet.spot_instance_types")
     return ServingProfile(
         name=name,
         stack_name=stack,
@@ -321,6 +324,24 @@ def _check_fleet(f: FleetSettings, where: str) -> None:
     if f.desired_capacity is not None and f.desired_capacity < f.min_capacity:
         raise ProfileError(f"{where}.desired_capacity: {f.desired_capacity} is less than min_capacity "
                            f"({f.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
+
+
+def _check_spot_types(f: FleetSettings, hw: Hardware, hardware: dict[str, Hardware], model: Any, where: str) -> None:
+    """Each Spot alternative runs the same image and runtime spec as the profile's type, and holds its memory plan."""
+    for name in f.spot_instance_types:
+        alt = _pick(hardware, name, "instance type", where, "profiles/hardware.toml")
+        same = (alt.architecture, alt.vcpus, alt.physical_cores, alt.has_gpu)
+        if same != (hw.architecture, hw.vcpus, hw.physical_cores, hw.has_gpu):
+            raise ProfileError(
+                f"{where}: {name} ({alt.architecture.value}, {alt.vcpus} vCPUs, {alt.physical_cores} cores) is not "
+                f"shaped like {hw.instance_type} ({hw.architecture.value}, {hw.vcpus} vCPUs, {hw.physical_cores} "
+                "cores): every type of the group runs the same image and runtime spec; pick one of the same shape"
+            )
+        if alt.memory_gib - alt.host_reserve_gib < hw.memory_gib - hw.host_reserve_gib:
+            raise ProfileError(
+                f"{where}: {name} has {alt.memory_gib} GiB of memory, less than {hw.instance_type}'s "
+                f"{hw.memory_gib} GiB that {model.name}'s memory plan was checked against; pick a type with as much"
+            )
 
 
 _WORKSTATION_PROFILE_KEYS = {"workstation", "model", "image", "description", "host_memory_gib", "server"}

@@ -86,11 +86,15 @@ def resolve_locks(
     root: Path,
     lock_file: Path,
     lookups: bool = True,
+    allow_typed: bool = False,
     endpoint: str | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Resolution:
     """Lock every wanted model that has no listing lock; see the module docstring. Opens no socket when each
-    wanted model has one (or when lookups is False: `-c modelLookup=false`)."""
+    wanted model has one (or when lookups is False: `-c modelLookup=false`).
+
+    allow_typed: a typed sha256 that could not be checked against a listing deploys (the deploy option
+    allowTypedLock, said in one line); otherwise its stacks are refused, as an unlocked model's are."""
     from gguf_serve.catalog.loader import _toml
 
     say = say or (lambda line: print(line, file=sys.stderr))
@@ -110,7 +114,8 @@ def resolve_locks(
         command = f"`gguf-serve-catalog lock {name}`"
         if not lookups:
             if typed_sha:
-                out.unchecked[name] = f"{name}'s sha256 in {lock_file} is typed, not checked: lookups are off"
+                _typed(out, name, f"{name}'s sha256 in {lock_file} is typed, not checked: lookups are off", allow_typed,
+                       say)  # fmt: skip
             else:
                 out.refused[name] = (
                     f"model {name} has no lock from ModelScope's listing in {lock_file} and lookups are off "
@@ -129,10 +134,8 @@ def resolve_locks(
                              entry)  # fmt: skip
         except HubUnreachable as e:
             if typed_sha:
-                # A line, not a warning annotation: the CLI (2.1148) fails a selected stack with any annotation
-                # while another stack of the assembly carries an error.
-                out.unchecked[name] = f"{name}'s typed sha256 in {lock_file} was not checked against the listing: {e}"
-                say(f"{out.unchecked[name]}; the instance still verifies the file before serving")
+                why = f"{name}'s typed sha256 in {lock_file} was not checked against the listing: {e}"
+                _typed(out, name, why, allow_typed, say)
             else:
                 out.refused[name] = (
                     f"{e}. Synth reads {hub}'s file listing and the GGUF header once, to pin the sha256 every "
@@ -143,6 +146,12 @@ def resolve_locks(
         except ProfileError as e:
             out.refused[name] = str(e)
             continue
+        except OSError as e:  # the listing answered, but the lock file cannot be written (a read-only checkout)
+            out.refused[name] = (
+                f"model {name} was read from {hub}'s listing but {lock_file} cannot be written ({e.strerror or e}); "
+                f"run synth in a writable checkout, or pass -c modelLock=<a writable copy of the file>"
+            )
+            continue
         finally:
             fetch_log.setLevel(level)
         out.locked[name] = result
@@ -150,6 +159,20 @@ def resolve_locks(
         say(f"locked {name}: {e.repo} commit {e.commit or 'not listed'}, {e.size_bytes:,} bytes, sha256 {e.sha256} "
             f"(from {e.served_by}); wrote {lock_file}: commit this file")  # fmt: skip
     return out
+
+
+def _typed(out: Resolution, name: str, why: str, allow: bool, say: Callable[[str], None]) -> None:
+    """A typed sha256 nobody checked against a listing deploys only on purpose, and then says so in one line."""
+    if allow:
+        # A line, not a warning annotation: the CLI (2.1148) fails a selected stack with any annotation while
+        # another stack of the assembly carries an error.
+        out.unchecked[name] = why
+        say(f"{why}; deploying it anyway (allowTypedLock = true); the instance still verifies the file before serving")
+    else:
+        out.refused[name] = (
+            f"{why}. Its stacks deploy once a synth reaches the hub (it locks the model from the listing), or on "
+            "purpose with -c allowTypedLock=true (deploy.toml: allowTypedLock = true)"
+        )
 
 
 def _hub(resolve: Callable[[], str]) -> str:

@@ -130,6 +130,7 @@ class ServingProfile:
             repo=m.repo,
             file=m.file,
             revision=m.revision,
+            commit=m.commit,
             size_bytes=m.size_bytes,
             sha256=m.sha256,
             gguf_architecture=m.gguf_architecture,
@@ -167,7 +168,8 @@ class ServingProfile:
 
 def _fleet_from_json(d: dict[str, Any]) -> FleetSettings:
     off = d.get("off_hours")
-    return FleetSettings(**{**d, "allowed_cidrs": tuple(d["allowed_cidrs"]), "off_hours": tuple(off) if off else None})
+    lists = {k: tuple(d[k]) for k in ("allowed_cidrs", "spot_instance_types") if k in d}  # JSON arrays: tuples again
+    return FleetSettings(**{**d, **lists, "off_hours": tuple(off) if off else None})
 
 
 def build_profile(

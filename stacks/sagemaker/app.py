@@ -47,7 +47,7 @@ def add_sagemaker_stacks(
                     stack = SageMakerStack(
                         app, name, profile=on_sagemaker, hosting=hosting[profile.hardware.instance_type],
                         availability_zones=list(zones), image_build_args=options.image_build_args,
-                        arm64_builder=options.arm64_builder, debian_mirror=options.debian_mirror, env=env,
+                        arm64_builder=options.arm64_builder, debian_mirrors=options.debian_mirrors, env=env,
                     )  # fmt: skip
             except ProfileError as e:
                 why = str(e)

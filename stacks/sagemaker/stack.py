@@ -7,7 +7,7 @@ from constructs import Construct
 
 from gguf_serve.catalog import ServingProfile
 from gguf_serve.catalog.hosting import SageMakerHosting, endpoint_name, plan_sagemaker
-from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
+from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from stacks.access_logs import AccessLogs
 from stacks.checkov import CheckovAcknowledgements
 from stacks.image_build import ImageBuild
@@ -33,7 +33,7 @@ class SageMakerStack(Stack):
         availability_zones: list[str],
         image_build_args: dict[str, str] | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
-        debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
+        debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -46,7 +46,7 @@ class SageMakerStack(Stack):
         cache = ModelCache(self, "ModelCache", access_logs=AccessLogs(self, "AccessLogs").bucket)
         image = ImageBuild(
             self, "Image", target=profile.image, build_args=image_build_args, arm64_builder=arm64_builder,
-            debian_mirror=debian_mirror,
+            debian_mirrors=debian_mirrors,
         )  # fmt: skip
         staging = ModelStaging(
             self, "Staging", runtime=runtime, bucket=cache.bucket, context=image.context_asset,

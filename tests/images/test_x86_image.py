@@ -1,9 +1,11 @@
 """The x86-64 CPU image, built for real from the synthesized asset and run the way an instance runs it.
 
 Build: the IntelMoeStack's source and staged-sources assets, its CodeBuild environment and its buildspec's
-build phase (tests/images/buildspec.py): the same Debian roots, keyring, debootstrap, scripts and arguments as
-CodeBuild, from a Debian mirror this machine reaches. Each layer is built by its own run, as the two custom
-resources do, and timed. Run: `launcher fetch` from a local ModelScope-shaped server, then `serve` as the
+build phase (tests/images/buildspec.py): the same Debian roots, keyring, debootstrap, mirror probe, scripts and
+arguments as CodeBuild, from a Debian mirror this machine reaches, with buildx as CodeBuild's images run it. Each
+stage (roots, base, application) is its own run, as the three custom resources start them, and timed; each pushes
+what it made to a real local registry (Debian's docker-registry) and the application stage pulls its base from
+it, as the deploy does with ECR. Run: `launcher fetch` from a local ModelScope-shaped server, then `serve` as the
 systemd unit does (non-root, key in the environment, model read-only, `-p`), `/health` 503 then 200, a chat
 through the OpenAI client, the image's HEALTHCHECK healthy, and `docker stop` ending it cleanly.
 Cold: about 15-25 minutes on 2 cores (the roots and the 14 CPU variants); warm: the base is reused.
@@ -15,12 +17,14 @@ import gzip
 import io
 import json
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gguf_serve.catalog.images import BUILD_STAGES
 from tests.images.buildspec import BuildInputs, build_inputs, run_buildspec
-from tests.images.engine import CACHE, docker, ensure_engine
+from tests.images.engine import CACHE, LocalRegistry, docker, ensure_engine
 from tests.images.scenario import UID, run_as_the_instance_does
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -33,23 +37,40 @@ def engine() -> None:
 
 
 @pytest.fixture(scope="module")
-def x86(engine, image_assembly: Path, tmp_path_factory) -> BuildInputs:
+def registry(engine, tmp_path_factory) -> Iterator[LocalRegistry]:
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    yield registry
+    registry.close()
+
+
+@pytest.fixture(scope="module")
+def x86(engine, registry: LocalRegistry, image_assembly: Path, tmp_path_factory) -> BuildInputs:
     inputs = build_inputs(image_assembly, "IntelMoeStack")
     work = tmp_path_factory.mktemp("codebuild")
     cold = docker("image", "inspect", inputs.base_image, check=False).returncode != 0
-    base_s = run_buildspec(inputs, work, stage="base")
-    app_s = run_buildspec(inputs, work, stage="app")
+    seconds = {stage: run_buildspec(inputs, work, stage=stage, registry=registry) for stage in BUILD_STAGES}
     REPORT.mkdir(parents=True, exist_ok=True)
     (REPORT / f"build-{'cold' if cold else 'warm'}-x86-64-cpu.json").write_text(
         json.dumps(
-            {"base_seconds": round(base_s, 1), "app_seconds": round(app_s, 1), "image": inputs.image}
-            | {"base": inputs.base_image}
-        )
+            {f"{stage}_seconds": round(s, 1) for stage, s in seconds.items()}
+            | {"image": inputs.image, "base": inputs.base_image}
+        )  # fmt: skip
     )
     log = (work / "build.log").read_text()
     built = log.count("build-image: building ")  # a layer whose tag exists is not built again
     assert log.count("selfcheck: ok") >= built, "every layer built ran its self-check"
+    # Built by buildx (its docker driver announces itself), as CodeBuild's `docker build` is.
+    assert log.count('building with "default" instance using docker driver') >= built, log[-3000:]
     return inputs
+
+
+def test_each_stage_keeps_what_it_made_in_the_registry_and_the_app_pulls_its_base(x86, registry):
+    repository = x86.local_repository
+    pushed = registry.served("PUT", f"/v2/{repository}/manifests/")
+    for tag in ("root-build-amd64-x86_64-", "root-runtime-amd64-x86_64-", x86.env["BASE_TAG"], x86.env["IMAGE_TAG"]):
+        assert any(f"/manifests/{tag}" in line for line in pushed), (tag, pushed)
+    # The application stage pulled its base by tag (the manifest), as a CodeBuild run with an empty engine does.
+    assert registry.served("GET", f"/v2/{repository}/manifests/{x86.env['BASE_TAG']}"), registry.log.read_text()[-3000:]
 
 
 def _layers_gzip_bytes(image: str) -> list[int]:

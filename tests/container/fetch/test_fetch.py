@@ -198,3 +198,31 @@ def test_redirect_to_storage_like_the_hub(
     assert all("sig=" in d["path"] and d["status"] == 206 for d in hub.stats.downloads())
     assert all(d["host"].startswith("localhost:") and not d["credentials"] for d in hub.stats.downloads())
     assert all(q["credentials"] for q in hub.stats.requests if q["kind"] in ("listing", "redirect"))
+
+
+LISTED_COMMIT = "0" * 40  # the commit the local hub lists for every file
+
+
+@pytest.mark.parametrize("serves_commits", [True, False], ids=["commit-revision", "branch-at-the-commit"])
+def test_the_locked_commit_is_what_is_fetched(gemma_gguf: Path, tmp_path: Path, serves_commits: bool, caplog) -> None:
+    artifact = replace(GEMMA3_270M, commit=LISTED_COMMIT)
+    with LocalScope(revisions=None if serves_commits else ("master",)) as hub:
+        hub.add_file(artifact.repo, artifact.file, gemma_gguf)
+        path = fetch_model(artifact, tmp_path, endpoint=hub.url, connections=2, progress=False)
+        asked = [r["path"] for r in hub.stats.requests]
+    assert sha256_of(path) == artifact.sha256
+    at = f"Revision={LISTED_COMMIT}"
+    if serves_commits:  # never the branch: the listing and every byte at the commit
+        assert asked and all(at in p or "/resolve/" + LISTED_COMMIT in p for p in asked), asked
+    else:  # refused at the commit (404), then the branch, which still lists the file at that commit
+        assert at in asked[0] and all("Revision=master" in p or "/resolve/master/" in p for p in asked[1:]), asked
+        assert f"does not serve commit {LISTED_COMMIT} as a revision" in caplog.text
+
+
+def test_a_branch_that_moved_past_the_locked_commit_fetches_nothing(gemma_hub: LocalScope, tmp_path: Path) -> None:
+    gemma_hub.revisions = ("master",)
+    artifact = replace(GEMMA3_270M, commit="1" * 40)
+    with pytest.raises(IntegrityError, match=r"locked commit 1{40}.*master now lists the file at commit 0{40}"):
+        fetch_model(artifact, tmp_path / "models", endpoint=gemma_hub.url, connections=2, progress=False)
+    assert gemma_hub.stats.downloads() == []
+    assert not (tmp_path / "models" / artifact.file).exists()

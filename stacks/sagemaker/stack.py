@@ -80,11 +80,11 @@ class SageMakerStack(Stack):
         )
         Aspects.of(self).add(CheckovAcknowledgements())
         if not self.region.startswith("${Token") and self.region not in hosting.listed_regions:
-            Annotations.of(self).add_warning_v2(
-                "gguf-serve:sagemaker-type-unlisted",
+            # Information, not a warning: every synth builds every stack, and an EC2 deploy need not hear it.
+            Annotations.of(self).add_info(
                 f"{hosting.ml_type} is not in the hosting list cfn-lint 1.58 derives from the AWS Pricing API for "
-                f"{self.region} (profiles/sagemaker.toml); run gguf-serve-preflight, which reads this account's "
-                f"endpoint-usage quota for {hosting.ml_type}, before deploying",
+                f"{self.region} (profiles/sagemaker.toml); run gguf-serve-preflight {self.stack_name}, which reads "
+                f"this account's endpoint-usage quota for {hosting.ml_type}, before deploying"
             )
 
     def _outputs(self, endpoint: SageMakerEndpoint) -> None:

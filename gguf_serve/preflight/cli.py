@@ -9,8 +9,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gguf_serve.catalog import ProfileError
 from gguf_serve.preflight.checks import Result, Status, run_checks
+from gguf_serve.preflight.eks import eks_plan_from, run_eks_checks
 from gguf_serve.preflight.plan import deploy_plan
 from gguf_serve.preflight.sagemaker import endpoint_checks
+from stacks.eks.stack import STACK_NAME as EKS_STACK
 
 
 def main(argv: list[str] | None = None, *, session=None) -> int:
@@ -28,24 +30,34 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
         if not sep or not key:
             parser.error(f"-c takes KEY=VALUE, got {pair!r}")
         context[key] = value
+    eks = EKS_STACK in args.stacks
+    stacks_wanted = [s for s in args.stacks if s != EKS_STACK]
     try:
-        plan = deploy_plan(args.stacks or None, context=context)
+        plan = deploy_plan(stacks_wanted or None, context=context) if stacks_wanted or not eks else None
+        cluster = eks_plan_from(context) if eks else None
     except ProfileError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
+    region = plan.region if plan else cluster.region  # type: ignore[union-attr]
     if session is None:
         import boto3
 
-        session = boto3.Session(profile_name=args.profile, region_name=plan.region)
+        session = boto3.Session(profile_name=args.profile, region_name=region)
     try:
-        account = session.client("sts", region_name=plan.region).get_caller_identity()["Account"]
+        account = session.client("sts", region_name=region).get_caller_identity()["Account"]
     except (BotoCoreError, ClientError) as e:
-        print(f"error: cannot reach the account ({e}); configure credentials for {plan.region}", file=sys.stderr)
+        print(f"error: cannot reach the account ({e}); configure credentials for {region}", file=sys.stderr)
         return 2
-    stacks = ", ".join(s.stack_name for s in plan.stacks)
-    print(f"Pre-flight for {stacks} in account {account}, {plan.region} (read-only)\n")
-    client = lambda service: session.client(service, region_name=plan.region)  # noqa: E731
-    results = run_checks(plan, client) + endpoint_checks(plan.endpoints, plan.region, client)
+    names = [s.stack_name for s in (*plan.stacks, *plan.endpoints)] if plan else []
+    stacks = ", ".join([*names, EKS_STACK] if cluster else names)
+    print(f"Pre-flight for {stacks} in account {account}, {region} (read-only)\n")
+
+    def client(service: str):
+        return session.client(service, region_name=region)
+
+    results = run_checks(plan, client) if plan else []
+    results += endpoint_checks(plan.endpoints, region, client) if plan else []
+    results += run_eks_checks(cluster, client) if cluster else []
     print(render(results))
     blockers = sum(r.status is Status.BLOCKER for r in results)
     print(f"\n{blockers} blocker(s), {sum(r.status is Status.WARN for r in results)} warning(s)")

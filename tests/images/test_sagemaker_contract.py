@@ -16,33 +16,39 @@ import secrets
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gguf_serve.catalog.images import BUILD_STAGES
 from gguf_serve.container.names import RUNTIME_SPEC_ENV
 from gguf_serve.container.sagemaker.contract import BIND_PORT_LABEL, ENDPOINT_ENV, MODEL_DIR, SIGKILL_AFTER_S
 from gguf_serve.local.process import free_port
 from tests.committed import local_profile
 from tests.container.sagemaker.harness import Pings, invoke, sse_text
 from tests.images.buildspec import BuildInputs, build_inputs, run_buildspec
-from tests.images.engine import CACHE, docker, ensure_engine
+from tests.images.engine import CACHE, LocalRegistry, docker, ensure_engine
 from tests.images.scenario import UID
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
-def image(image_assembly: Path, tmp_path_factory) -> BuildInputs:
+def image(image_assembly: Path, tmp_path_factory) -> Iterator[BuildInputs]:
     ensure_engine()
     inputs = build_inputs(image_assembly, "IntelMoeStack")
     sagemaker = json.loads((image_assembly / "IntelMoeSageMakerStack.template.json").read_text())
     (model,) = [r for r in sagemaker["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
     assert model["Properties"]["PrimaryContainer"]["Image"]["Fn::Join"][1][-1] == f":{inputs.env['IMAGE_TAG']}"
-    work = tmp_path_factory.mktemp("codebuild")
-    run_buildspec(inputs, work, stage="base")  # the lead's base when the engine has it: only the app layer builds
-    run_buildspec(inputs, work, stage="app")
-    return inputs
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    try:
+        work = tmp_path_factory.mktemp("codebuild")
+        for stage in BUILD_STAGES:  # a stage whose tag exists (the image tier's base) is not built again
+            run_buildspec(inputs, work, stage=stage, registry=registry)
+        yield inputs
+    finally:
+        registry.close()
 
 
 def _model_dir(gemma: Path, tmp: Path, mode: int = 0o644) -> tuple[Path, str]:

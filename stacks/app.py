@@ -1,4 +1,5 @@
-"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml). Deterministic.
+"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml), and its SageMaker twin
+where SageMaker hosts the profile's instance type (stacks/sagemaker/app.py). Deterministic.
 
 `build_app` is the one path to the app: `app.py` (what `cdk synth|deploy` runs) and the tests both call it, so
 the tests see the same options, feature flags and policy-validation plugins (cdk-nag) as the CLI.
@@ -19,12 +20,14 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from gguf_serve.catalog import ProfileError, ServingProfile
+from gguf_serve.catalog.hosting import sagemaker_stack_name
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
 from gguf_serve.catalog.lookup import resolve_locks, stack_files, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
 from stacks.eks.stack import STACK_NAME as EKS_STACK
 from stacks.eks.stack import EksServingStack
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptions, load_options
+from stacks.sagemaker.app import add_sagemaker_stacks
 from stacks.serving_stack import ServingStack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,11 +65,13 @@ def build_app(
         )
     lock_file = model_lock_file(app.node.try_get_context(MODEL_LOCK_CONTEXT))
     models = stack_models(PROFILES_DIR)
+    twins = {n: m for n, m in models.items() if stack_names is None or sagemaker_stack_name(n) in stack_names}
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
+    wanted = list(dict.fromkeys([*models.values(), *twins.values()]))
     resolution = resolve_locks(
-        models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
+        wanted, root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
     )
     # Tolerant: a model or profile that fails refuses its own stacks only; workstation profiles are no stacks.
     catalog = load_catalog(PROFILES_DIR, lock_file=lock_file, skip_unlocked=True, tolerant=True, workstations=False)
@@ -102,6 +107,10 @@ def build_app(
             # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
             cdk.Annotations.of(stack).add_error(refusal)
+    add_sagemaker_stacks(
+        app, models=twins, built=built, hosting=catalog.hosting, refused=resolution.refused, options=options,
+        zones=list(zones), env=env, refusals=refusals,
+    )  # fmt: skip
     if options.eks_profiles and (stack_names is None or EKS_STACK in stack_names):
         serving = {name: p for name, p in catalog.profiles.items() if p.stack_name}
         _eks_stack(app, options, serving, zones, env, refusals)

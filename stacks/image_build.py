@@ -78,7 +78,7 @@ class ImageBuild(Construct):
     """An ECR repository, a CodeBuild project and three custom resources that build the image during deploy.
 
     Exposes `repository`, `image_tag`, `base_tag`, `image_uri`, `registry` and `build` (the app layer's custom
-    resource: what the fleet waits for).
+    resource: what the fleet waits for), and its S3 assets `context_asset` and `sources_asset`.
     """
 
     def __init__(
@@ -129,6 +129,7 @@ class ImageBuild(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         context, sources = self._assets(sources_dir or default_sources_dir())
+        self.context_asset, self.sources_asset = context, sources  # the model staging reads them too
         self.base_tag = f"base-{target.name}-{base_key(target, args)}"
         self.image_tag = f"{target.name}-{app_key(self.base_tag, args)}"
         self.image_uri = self.repository.repository_uri_for_tag(self.image_tag)

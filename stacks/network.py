@@ -32,7 +32,7 @@ class ServingNetwork(Construct):
         max_azs: zones to spread over (fleet.max_azs), 1-6.
         nat_gateways: NAT gateways for the model download at boot (fleet.nat_gateways), 0 to max_azs.
         """
-        _check_props(cidr, max_azs, nat_gateways)
+        check_network_props(cidr, max_azs, nat_gateways)
         super().__init__(scope, construct_id)
         flow_log_group = logs.LogGroup(
             self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
@@ -57,7 +57,8 @@ class ServingNetwork(Construct):
             endpoint.connections.allow_from(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
 
 
-def _check_props(cidr: str, max_azs: int, nat_gateways: int) -> None:
+def check_network_props(cidr: str, max_azs: int, nat_gateways: int) -> None:
+    """The VPC props every network construct takes, refused with the catalog field to change."""
     try:
         network = ipaddress.IPv4Network(cidr)
     except ValueError:

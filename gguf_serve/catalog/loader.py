@@ -27,6 +27,7 @@ from gguf_serve.catalog import limits, model_facts
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.catalog.hardware import Architecture, Hardware
+from gguf_serve.catalog.hosting import SageMakerHosting
 from gguf_serve.catalog.images import IMAGE_TARGETS
 from gguf_serve.catalog.lockfile import LockedModel, read_lock
 from gguf_serve.catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
@@ -53,6 +54,7 @@ class Catalog:
     )  # profiles/workstation/*.toml; never stacks
     unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
     problems: dict[str, str] = field(default_factory=dict)  # tolerant: profile file or "model <name>" -> why not
+    hosting: dict[str, SageMakerHosting] = field(default_factory=dict)  # profiles/sagemaker.toml, by EC2 type
 
     def profile_by_stack(self, stack_name: str) -> ServingProfile:
         for p in self.profiles.values():
@@ -105,8 +107,9 @@ def load_catalog(
             w = _tolerate(problems, path, lambda path=path: load_workstation_profile(path, cards=cards, models=models))
             if w is not None:
                 workstation_profiles[path.stem] = w
+    hosting = load_hosting(root / "sagemaker.toml", hardware) if (root / "sagemaker.toml").exists() else {}
     return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked,
-                   problems or {})  # fmt: skip
+                   problems or {}, hosting)  # fmt: skip
 
 
 def _tolerate(problems: dict[str, str] | None, path: Path, load: Any) -> Any:
@@ -175,6 +178,22 @@ def load_hardware(path: Path) -> dict[str, Hardware]:
         out[name] = _build(Hardware, {"instance_type": name, **table}, where,
                            skip={"instance_type", "ami_ssm_parameter", "ami_root_snapshot_gib"})  # fmt: skip
         _check_hardware(out[name], where)
+    return out
+
+
+def load_hosting(path: Path, hardware: dict[str, Hardware]) -> dict[str, SageMakerHosting]:
+    """[hosting."<EC2 type>"] tables: the SageMaker ml type each serving EC2 type runs on (stacks/sagemaker/)."""
+    doc = _toml(path)
+    _only(doc, {"hosting"}, _where(path, "(top level)"))
+    out = {}
+    for ec2_type, table in _table(doc.get("hosting", {}), _where(path, "hosting")).items():
+        where = _where(path, "hosting", ec2_type)
+        _pick(hardware, ec2_type, "instance type", where, "profiles/hardware.toml")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in _table(table, where).items()}
+        hosting = _build(SageMakerHosting, {"ec2_type": ec2_type, **values}, where)
+        if not hosting.ml_type.startswith("ml.") or hosting.physical_cores > hosting.vcpus:
+            raise ProfileError(f"{where}: ml_type must be an ml.* type and physical_cores at most vcpus")
+        out[ec2_type] = hosting
     return out
 
 

@@ -142,8 +142,13 @@ def vcpu_quotas(plan: DeployPlan, client: Clients) -> Iterator[Result]:
             yield Result(title, Status.OK, detail)
 
 
+def _planned(plan: DeployPlan) -> tuple[Any, ...]:
+    """The EC2 stacks and the SageMaker stacks: what both ask of CodeBuild, the bootstrap, endpoints, Lambda."""
+    return (*plan.stacks, *plan.endpoints)
+
+
 def build_environments(plan: DeployPlan, client: Clients) -> Iterator[Result]:
-    images = {(s.stack_name, *b) for s in plan.stacks for b in s.build_images}
+    images = {(s.stack_name, *b) for s in _planned(plan) for b in s.build_images}
     if not images:
         return
     codebuild = client("codebuild")
@@ -192,7 +197,7 @@ def build_environments(plan: DeployPlan, client: Clients) -> Iterator[Result]:
 
 
 def bootstrap(plan: DeployPlan, client: Clients) -> Iterator[Result]:
-    required = max(s.bootstrap_version for s in plan.stacks)
+    required = max(s.bootstrap_version for s in _planned(plan))
     todo = f"npx cdk bootstrap aws://<account>/{plan.region}"
     try:
         (stack,) = client("cloudformation").describe_stacks(StackName=BOOTSTRAP_STACK)["Stacks"]
@@ -212,7 +217,7 @@ def bootstrap(plan: DeployPlan, client: Clients) -> Iterator[Result]:
 
 
 def endpoint_services(plan: DeployPlan, client: Clients) -> Iterator[Result]:
-    wanted = {name for s in plan.stacks for name in s.endpoint_services}
+    wanted = {name for s in _planned(plan) for name in s.endpoint_services}
     offered: set[str] = set()
     ec2, token = client("ec2"), None
     while True:  # DescribeVpcEndpointServices has no paginator in older botocore models
@@ -235,7 +240,7 @@ def endpoint_services(plan: DeployPlan, client: Clients) -> Iterator[Result]:
 def lambda_capacity(plan: DeployPlan, client: Clients) -> Iterator[Result]:
     """The stacks' functions (the image build's trigger at deploy time; with wakeOnRequest, the wake door at every
     request while the group sleeps) run in the account's unreserved concurrency (GetAccountSettings)."""
-    functions = [f for s in plan.stacks for f in s.functions]
+    functions = [f for s in _planned(plan) for f in s.functions]
     if not functions:
         return
     limit = client("lambda").get_account_settings()["AccountLimit"]

@@ -11,6 +11,7 @@ from gguf_serve.catalog import ProfileError
 from gguf_serve.preflight.checks import Result, Status, run_checks
 from gguf_serve.preflight.eks import eks_plan_from, run_eks_checks
 from gguf_serve.preflight.plan import deploy_plan
+from gguf_serve.preflight.sagemaker import endpoint_checks
 from stacks.eks.stack import STACK_NAME as EKS_STACK
 
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
     except (BotoCoreError, ClientError) as e:
         print(f"error: cannot reach the account ({e}); configure credentials for {region}", file=sys.stderr)
         return 2
-    names = [s.stack_name for s in plan.stacks] if plan else []
+    names = [s.stack_name for s in (*plan.stacks, *plan.endpoints)] if plan else []
     stacks = ", ".join([*names, EKS_STACK] if cluster else names)
     print(f"Pre-flight for {stacks} in account {account}, {region} (read-only)\n")
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
         return session.client(service, region_name=region)
 
     results = run_checks(plan, client) if plan else []
+    results += endpoint_checks(plan.endpoints, region, client) if plan else []
     results += run_eks_checks(cluster, client) if cluster else []
     print(render(results))
     blockers = sum(r.status is Status.BLOCKER for r in results)

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gguf_serve.catalog.hosting import sagemaker_stack_name
 from gguf_serve.catalog.loader import PROFILES_DIR
 from gguf_serve.catalog.lookup import stack_models
 from stacks.app import build_app, cli_context
 from stacks.options import DEPLOY_CONFIG, load_options
+from stacks.sagemaker.stack import SageMakerStack
 
 # Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
 # G and VT. L-1216C47A is shown by name in the AWS CLI User Guide's Service Quotas examples (docs.amazonaws.cn);
@@ -38,10 +40,26 @@ class StackPlan:
 
 
 @dataclass(frozen=True)
+class EndpointPlan:
+    stack_name: str
+    ml_type: str
+    min_instances: int
+    max_instances: int
+    inference_ami: str | None
+    price_cny_per_hour: float
+    price_is_estimate: bool
+    build_images: tuple[tuple[str, str, str], ...]  # the image build's and the model staging's CodeBuild
+    endpoint_services: tuple[str, ...]
+    bootstrap_version: int
+    functions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeployPlan:
     region: str
     stacks: tuple[StackPlan, ...]
     refused: tuple[tuple[str, str], ...] = ()  # (stack, why) the CLI refuses; planned and checked all the same
+    endpoints: tuple[EndpointPlan, ...] = ()  # the SageMaker stacks named (gguf_serve/preflight/sagemaker.py)
 
 
 def deploy_plan(
@@ -53,19 +71,26 @@ def deploy_plan(
     ctx = {**cli_context(), **(context or {})}
     options = load_options(ctx, config_file)
     stacks = stack_models(PROFILES_DIR)
-    unknown = set(stack_names or ()) - set(stacks)
+    known = [*stacks, *(sagemaker_stack_name(n) for n in stacks)]  # a SageMaker twin is checked when named
+    unknown = set(stack_names or ()) - set(known)
     if unknown:
-        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(stacks)}")
+        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(known)}")
     refusals: dict[str, str] = {}
     app = build_app(ctx, config_file=config_file, stack_names=stack_names or list(stacks), refusals=refusals)
     assembly = app.synth()
     plans = []
+    endpoints = []
     unplanned = []
     images: dict[str, tuple[tuple[str, str, str], ...]] = {}  # image target -> its CodeBuild environments
     for stack in app.node.children:
         name = getattr(stack, "stack_name", None)
         profile = getattr(stack, "profile", None)  # as deployed: deploy options applied
         if name is None:
+            continue
+        if isinstance(stack, SageMakerStack):
+            endpoints.append(_endpoint_plan(stack, assembly.get_stack_by_name(name).template, options.region))
+            continue
+        if profile is None and name not in stacks:  # a SageMaker twin refused before it was built: in `refused`
             continue
         if profile is None:  # a model without any lock entry: no profile to plan a volume from
             unplanned.append(name)
@@ -89,7 +114,26 @@ def deploy_plan(
             )
         )
     plans += [_unlocked_plan(name, options, ctx, images) for name in unplanned]
-    return DeployPlan(region=options.region, stacks=tuple(plans), refused=tuple(sorted(refusals.items())))
+    return DeployPlan(
+        region=options.region, stacks=tuple(plans), refused=tuple(sorted(refusals.items())), endpoints=tuple(endpoints)
+    )
+
+
+def _endpoint_plan(stack: SageMakerStack, template: dict, region: str) -> EndpointPlan:
+    plan, hosting = stack.plan, stack.hosting
+    return EndpointPlan(
+        stack_name=stack.stack_name,
+        ml_type=plan.ml_type,
+        min_instances=plan.min_instances,
+        max_instances=plan.max_instances,
+        inference_ami=plan.inference_ami,
+        price_cny_per_hour=hosting.on_demand_cny_per_hour,
+        price_is_estimate=hosting.price_is_estimate,
+        build_images=tuple(_build_images(template)),
+        endpoint_services=tuple(sorted(_endpoint_services(template, region))),
+        bootstrap_version=_bootstrap_version(template),
+        functions=tuple(_functions(template)),
+    )
 
 
 def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: dict[str, Any]) -> StackPlan:

@@ -146,9 +146,9 @@ class TestEachStack:
 
 
 def test_stacks_named_as_users_type_them(app):
-    assert sorted(s.node.id for s in app.node.children if hasattr(s, "stack_name")) == sorted(
-        ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack", "GravitonMoeHeadroomStack"]
-    )
+    ec2 = ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack", "GravitonMoeHeadroomStack"]
+    sagemaker = [name.removesuffix("Stack") + "SageMakerStack" for name in ec2]  # docs/sagemaker.md
+    assert sorted(s.node.id for s in app.node.children if hasattr(s, "stack_name")) == sorted(ec2 + sagemaker)
     assert {p.stack_name for p in PROFILES.values()} == set(STACK_NAMES)
 
 

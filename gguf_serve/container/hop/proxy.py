@@ -159,6 +159,11 @@ class ProxyServer:
     def server_close(self) -> None:
         self._sock.close()
 
+    def rewrite(self, request: h11.Request) -> h11.Request:
+        """The request as the hop handles it: unchanged here. A front that maps its own routes onto llama-server's
+        overrides this (gguf_serve/container/sagemaker/front.py) and raises Refused for what it does not serve."""
+        return request
+
     def begin_drain(self, reason: str, deadline: float) -> DrainState:
         """From the loop: stop taking requests; the ones admitted run on. `deadline` is a time.time()."""
         if self.drain is None:
@@ -236,6 +241,9 @@ class _Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status, self.message = status, message
+
+
+Refused = _Refused  # what ProxyServer.rewrite raises for a request it answers itself with an error
 
 
 class _Connection:
@@ -426,6 +434,7 @@ class _Connection:
         started = time.monotonic()
         self.head_only = request.method == b"HEAD"
         try:
+            request = self.server.rewrite(request)
             route, length, chunked = self._check(request)
         except _Refused as e:
             await self._refuse(e.status, e.message)

@@ -46,6 +46,7 @@ RUN python3 /usr/local/bin/selfcheck /check --no-elf --allow-missing libcuda.so.
       --pythonpath /opt/gguf-serve:/opt/gguf-serve/site \
       --import gguf_serve.container.launch.cli --import gguf_serve.container.fetch.cli \
       --import gguf_serve.container.metrics.cli --import gguf_serve.container.hop.cli \
+      --import gguf_serve.container.kube.cli \
       --import boto3
 
 # What runs: the image stage and the bytecode the check stage compiled (no RUN here either).

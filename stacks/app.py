@@ -22,6 +22,8 @@ from gguf_serve.catalog import ProfileError, ServingProfile
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
 from gguf_serve.catalog.lookup import resolve_locks, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
+from stacks.eks.stack import STACK_NAME as EKS_STACK
+from stacks.eks.stack import EksServingStack
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
@@ -66,7 +68,8 @@ def build_app(
     resolution = resolve_locks(
         models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
     )
-    built = {p.stack_name: p for p in load_catalog(lock_file=lock_file, skip_unlocked=True).profiles.values()}
+    catalog = load_catalog(lock_file=lock_file, skip_unlocked=True)
+    built = {p.stack_name: p for p in catalog.profiles.values()}
     env = cdk.Environment(account=options.account, region=options.region)
     for stack_name, model in models.items():
         profile = built.get(stack_name)
@@ -97,7 +100,44 @@ def build_app(
             # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
             cdk.Annotations.of(stack).add_error(refusal)
+    if options.eks_profiles and (stack_names is None or EKS_STACK in stack_names):
+        serving = {name: p for name, p in catalog.profiles.items() if p.stack_name}
+        _eks_stack(app, options, serving, zones, env, refusals)
     return app
+
+
+def _eks_stack(
+    app: cdk.App,
+    options: DeployOptions,
+    by_name: dict[str, ServingProfile],
+    zones: list[str],
+    env: cdk.Environment,
+    refusals: dict[str, str] | None,
+) -> None:
+    """EksServingStack, only when deploy.toml or -c names its profiles (eksProfiles): no cluster by default."""
+    unknown = [n for n in options.eks_profiles if n not in by_name]
+    if unknown:
+        raise ProfileError(
+            f"eksProfiles: no serving profile named {', '.join(unknown)}; use some of {', '.join(sorted(by_name))}"
+        )
+    profiles = [apply_options(by_name[n], options) for n in options.eks_profiles]
+    stack = EksServingStack(
+        app,
+        EKS_STACK,
+        profiles=profiles,
+        availability_zones=list(zones),
+        certificate_arn=options.certificate_arn,
+        image_build_args=options.image_build_args,
+        arm64_builder=options.arm64_builder,
+        debian_mirrors=options.debian_mirrors,
+        admin_role_arns=options.eks_admin_roles,
+        env=env,
+    )
+    why = "; ".join(r for r in (deploy_refusal(replace(p, stack_name="")) for p in profiles) if r)  # by profile name
+    if why and refusals is not None:
+        refusals[EKS_STACK] = f"{EKS_STACK}: {why}"
+    elif why:
+        cdk.Annotations.of(stack).add_error(f"{EKS_STACK}: {why}")
 
 
 def model_lock_file(context_value: str | None = None) -> Path:

@@ -36,6 +36,25 @@ _WAKE_DOOR_REASONS = {
 }
 
 
+_EKS_HANDLER_REASONS = {
+    "CKV_AWS_115": "Deploy-time handler of the EKS stack (kubectl, a node group's target attachment, CDK's utilities), "
+    "invoked a few times per deploy; reserved concurrency would only take capacity from the account.",
+    "CKV_AWS_116": "Invoked synchronously by CloudFormation or the provider framework; a dead-letter queue applies "
+    "to asynchronous invocations only, and failures surface as the stack event.",
+    "CKV_AWS_117": "Calls only AWS APIs (EKS, EC2 Auto Scaling) and reaches no VPC resource; the kubectl handler, "
+    "which reaches the private API endpoint, runs in the VPC.",
+    "CKV_AWS_173": "The environment holds function ARNs and names set by CDK, no secrets.",
+}
+
+
+def _is_eks_deploy_handler(node: CfnResource) -> bool:
+    """The EKS stack's deploy-time functions: CDK's kubectl provider and utilities, the node-group attachment."""
+    path = node.node.path
+    return path.startswith("EksServingStack/") and any(
+        part in path for part in ("/KubectlProvider/", "/Targets/", "/AWSCDKCfnUtilsProvider")
+    )
+
+
 def _is_wake_door(node: CfnResource) -> bool:
     return "/WakeDoor/" in node.node.path
 
@@ -54,6 +73,7 @@ _Rule = tuple[str, Callable[[CfnResource], bool], dict[str, str]]
 ACCEPTED: tuple[_Rule, ...] = (
     ("AWS::Lambda::Function", _is_deploy_time_handler, _LAMBDA_REASONS),
     ("AWS::Lambda::Function", _is_wake_door, _WAKE_DOOR_REASONS),
+    ("AWS::Lambda::Function", _is_eks_deploy_handler, _EKS_HANDLER_REASONS),
     (
         "AWS::Logs::LogGroup",
         lambda _: True,

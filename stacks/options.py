@@ -45,6 +45,8 @@ OPTION_NAMES = (
     "arm64Builder",
     "debianMirrors",
     "allowTypedLock",
+    "eksProfiles",
+    "eksAdminRoles",
 )
 
 
@@ -67,6 +69,8 @@ class DeployOptions:
     arm64_builder: str = DEFAULT_ARM64_BUILDER  # "cross": x86 CodeBuild, cross-compiled; "native": ARM_CONTAINER
     debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS  # the roots' mirrors, probed in order; any: signed
     allow_typed_lock: bool = False  # deploy a model whose sha256 was typed, never checked against a listing
+    eks_profiles: tuple[str, ...] = ()  # serving profiles of EksServingStack (docs/eks.md); empty: no EKS stack
+    eks_admin_roles: tuple[str, ...] = ()  # IAM role ARNs given cluster-admin access entries on the EKS cluster
 
 
 # Options renamed: the old name is refused with the new one, never silently ignored.
@@ -97,6 +101,8 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             arm64_builder=_choice(raw.get("arm64Builder", DEFAULT_ARM64_BUILDER), "arm64Builder", ARM64_BUILDERS),
             debian_mirrors=_mirrors(raw.get("debianMirrors")),
             allow_typed_lock=_flag(raw.get("allowTypedLock"), "allowTypedLock"),
+            eks_profiles=_names(raw.get("eksProfiles"), "eksProfiles"),
+            eks_admin_roles=_names(raw.get("eksAdminRoles"), "eksAdminRoles"),
         )
         if options.wake_on_request and options.off_hours is None and options.min_capacity != 0:
             raise _Bad(
@@ -229,6 +235,17 @@ def _off_hours(value: Any) -> tuple[int, int] | None:
     if stop == start:
         raise _Bad("offHours", f"{value!r}: stop and start at the same hour would fight; e.g. -c offHours=20-8")
     return stop, start
+
+
+def _names(value: Any, option: str) -> tuple[str, ...]:
+    """A list in deploy.toml, or -c name=a,b."""
+    if value in (None, "", []):
+        return ()
+    items = value if isinstance(value, list) else str(value).split(",")
+    names = tuple(str(i).strip() for i in items if str(i).strip())
+    if any(any(c.isspace() for c in n) for n in names):
+        raise _Bad(option, f"{value!r}: names hold no spaces; write e.g. -c {option}=a,b")
+    return names
 
 
 def _mirrors(value: Any) -> tuple[str, ...]:

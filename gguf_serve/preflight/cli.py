@@ -11,8 +11,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gguf_serve.catalog import ProfileError
 from gguf_serve.preflight.checks import Result, Status, run_checks
+from gguf_serve.preflight.eks import eks_plan_from, run_eks_checks
 from gguf_serve.preflight.mirror_probe import ProbeBuild, probe_mirrors
 from gguf_serve.preflight.plan import deploy_plan
+from stacks.eks.stack import STACK_NAME as EKS_STACK
 
 
 def main(argv: list[str] | None = None, *, session=None) -> int:
@@ -35,37 +37,43 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
         if not sep or not key:
             parser.error(f"-c takes KEY=VALUE, got {pair!r}")
         context[key] = value
+    eks = EKS_STACK in args.stacks
+    stacks_wanted = [s for s in args.stacks if s != EKS_STACK]
     try:
-        plan = deploy_plan(args.stacks or None, context=context)
+        plan = deploy_plan(stacks_wanted or None, context=context) if stacks_wanted or not eks else None
+        cluster = eks_plan_from(context) if eks else None
     except ProfileError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
+    region = plan.region if plan else cluster.region  # type: ignore[union-attr]
     if session is None:
         import boto3
 
-        session = boto3.Session(profile_name=args.profile, region_name=plan.region)
+        session = boto3.Session(profile_name=args.profile, region_name=region)
     try:
-        account = session.client("sts", region_name=plan.region).get_caller_identity()["Account"]
+        account = session.client("sts", region_name=region).get_caller_identity()["Account"]
     except (BotoCoreError, ClientError) as e:
-        print(f"error: cannot reach the account ({e}); configure credentials for {plan.region}", file=sys.stderr)
+        print(f"error: cannot reach the account ({e}); configure credentials for {region}", file=sys.stderr)
         return 2
-    stacks = ", ".join(s.stack_name for s in plan.stacks)
-    probe = ProbeBuild.for_plan(plan) if args.probe_mirrors else None
+    probe = ProbeBuild.for_plan(plan) if args.probe_mirrors and plan else None
     if args.probe_mirrors and probe is None:
         print("error: --probe-mirrors: no selected stack builds an x86 image; select one that does", file=sys.stderr)
         return 2
+    names = [s.stack_name for s in plan.stacks] if plan else []
+    stacks = ", ".join([*names, EKS_STACK] if cluster else names)
     mode = "read-only checks, then the mirror probe" if probe else "read-only"
-    print(f"Pre-flight for {stacks} in account {account}, {plan.region} ({mode})")
+    print(f"Pre-flight for {stacks} in account {account}, {region} ({mode})")
     if probe:
         print(probe.describe())
     print()
 
-    def clients(service: str):
-        return session.client(service, region_name=plan.region)
+    def client(service: str):
+        return session.client(service, region_name=region)
 
-    results = run_checks(plan, clients)
-    if probe:
-        results += probe_mirrors(plan, clients, build=probe, progress=lambda line: print(line, file=sys.stderr))
+    results = run_checks(plan, client) if plan else []
+    results += run_eks_checks(cluster, client) if cluster else []
+    if probe and plan:
+        results += probe_mirrors(plan, client, build=probe, progress=lambda line: print(line, file=sys.stderr))
     print(render(results))
     blockers = sum(r.status is Status.BLOCKER for r in results)
     print(f"\n{blockers} blocker(s), {sum(r.status is Status.WARN for r in results)} warning(s)")

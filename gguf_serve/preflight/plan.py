@@ -94,7 +94,7 @@ def deploy_plan(
                 root_volume_gib=profile.root_volume_gib,
                 zones=tuple(sorted(_zones(template))),
                 vcpus=profile.vcpu_plan(),
-                quota_code=_quota_code(profile.hardware.has_gpu, profile.fleet.spot),
+                quota_code=quota_code(profile.hardware.has_gpu, profile.fleet.spot),
                 build_images=tuple(_build_images(template)),
                 endpoint_services=tuple(sorted(_endpoint_services(template, options.region))),
                 bootstrap_version=_bootstrap_version(template),
@@ -143,7 +143,7 @@ def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: d
             "update": (fleet.min_capacity + warm + fleet.rolling_batch) * hw.vcpus,
             "scale_out": (fleet.max_capacity + warm) * hw.vcpus,
         },
-        quota_code=_quota_code(hw.has_gpu, spot),
+        quota_code=quota_code(hw.has_gpu, spot),
         build_images=images.get(doc.get("image", ""), ()),
         endpoint_services=(),
         bootstrap_version=0,
@@ -151,7 +151,7 @@ def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: d
     )
 
 
-def _quota_code(gpu: bool, spot: bool) -> str:
+def quota_code(gpu: bool, spot: bool) -> str:
     if spot:
         return G_AND_VT_SPOT if gpu else STANDARD_SPOT
     return G_AND_VT_ON_DEMAND if gpu else STANDARD_ON_DEMAND

@@ -14,8 +14,8 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
+from gguf_serve.local.cache import cache_root
 from stacks.app import apply_options, build_app
-from stacks.image_build import default_sources_dir
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
@@ -26,7 +26,7 @@ def _cli_env(tmp_path: Path) -> dict[str, str]:
     """The CLI as a user without credentials runs it: no AWS variables, an empty home."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # The staged image sources stay where `make image-sources` put them (under the real home's cache).
-    cache = str(default_sources_dir().parent)
+    cache = str(cache_root())
     return {
         **env,
         "HOME": str(tmp_path),
@@ -290,7 +290,11 @@ def test_a_stack_that_sleeps_answers_through_the_wake_door_and_others_have_none(
             assert door is not None, (option_set, stack)
             assert door["Environment"]["Variables"]["WAKE_S"] == str(profile_by_stack(stack).wake_s)
             (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup")
-            assert door["Environment"]["Variables"]["GROUP_NAME"] == {"Ref": group}
+            # the group's fixed name, so the door does not wait for the group's creation signal
+            assert (
+                door["Environment"]["Variables"]["GROUP_NAME"]
+                == doc["Resources"][group]["Properties"]["AutoScalingGroupName"]
+            )
             rules = _resources(doc, "AWS::ElasticLoadBalancingV2::ListenerRule").values()
             (rule,) = [r["Properties"] for r in rules]
             (servers,) = doc["Resources"][group]["Properties"]["TargetGroupARNs"]

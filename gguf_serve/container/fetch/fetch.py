@@ -87,6 +87,8 @@ class FetchResult:
     verified_s: float  # download and hash only (no final fsync, no upload)
     cached_to: str | None  # s3:// URI written back, if any
     gguf: gguf.GGUFSummary | None
+    received_s: float = 0.0  # until the last byte arrived (the network's share of verified_s)
+    splits: int = 0  # ranges split at the end so that every connection kept working
 
     def as_dict(self) -> dict[str, Any]:
         g = self.gguf
@@ -98,7 +100,9 @@ class FetchResult:
             "transferred": self.transferred,
             "resumed": self.resumed,
             "seconds": round(self.seconds, 2),
+            "received_seconds": round(self.received_s, 2),
             "verified_seconds": round(self.verified_s, 2),
+            "splits": self.splits,
             "mb_per_s": round(self.transferred / self.seconds / 1e6, 1) if self.seconds > 0 else None,
             "cached_to": self.cached_to,
             "architecture": g.architecture if g else None,
@@ -273,7 +277,18 @@ def _result(
         summary = gguf.summarize(target)
     st = dl.stats if dl is not None else DownloadStats()
     return FetchResult(
-        target, size, sha, source, st.transferred, st.resumed, time.monotonic() - t0, st.verified_s, cached_to, summary
+        target,
+        size,
+        sha,
+        source,
+        st.transferred,
+        st.resumed,
+        time.monotonic() - t0,
+        st.verified_s,
+        cached_to,
+        summary,
+        st.received_s,
+        st.splits,
     )
 
 

@@ -156,7 +156,9 @@ class ModelScope:
 
 
 class HttpRangeSource:
-    """Byte ranges of one file over HTTP."""
+    """Byte ranges of one file over HTTP. The hub answers each download with a redirect to a signed storage URL;
+    the first one is kept and later ranges go there directly (the hub is a round trip away from Ningxia, once per
+    range otherwise), until storage refuses it (an expired signature): then the hub is asked again."""
 
     name = "modelscope"
 
@@ -165,21 +167,31 @@ class HttpRangeSource:
         self.url = url
         self.size = size
         self.label = label
+        self.storage_url: str | None = None  # where the hub's redirect led, once it did
 
     def stream(self, start: int, end: int) -> Iterator[bytes]:
-        headers = {**self.client.headers(), "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
+        storage = self.storage_url
+        credentials = {} if storage else self.client.headers()  # the hub's token never goes to storage
+        headers = {**credentials, "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
         try:
             r = self.client.pool.request(
-                "GET", self.url, headers=headers, preload_content=False, decode_content=False,
+                "GET", storage or self.url, headers=headers, preload_content=False, decode_content=False,
                 timeout=self.client.timeout,
             )  # fmt: skip
         except (Urllib3Error, OSError) as e:
             raise TransientError(network_reason(e, self.client.host)) from e
         complete = False
-        host = urlsplit(r.geturl() or self.url).netloc or self.client.host  # storage, after the hub's redirect
+        got = r.geturl() or ""  # the redirect's target; without a redirect urllib3 may give the path alone
+        final = got if urlsplit(got).netloc else storage or self.url
+        host = urlsplit(final).netloc or self.client.host  # storage, after the hub's redirect
         try:
+            if storage and r.status >= 400 and r.status not in (416, 429) and r.status < 500:
+                self.storage_url = None  # expired or revoked: the next attempt asks the hub for a new one
+                raise TransientError(f"{host} refused the signed storage URL (HTTP {r.status}); asking the hub again")
             if r.status >= 300:
                 _raise_for_status(r.status, r.read(65536), what=self.label, endpoint=self.client.endpoint)
+            if not storage and urlsplit(final).netloc != urlsplit(self.url).netloc:
+                self.storage_url = final
             _check_range(r.status, r.headers.get("Content-Range"), start, end, self.size, self.label)
             watch = self.client.rate.watch(host)
             while True:

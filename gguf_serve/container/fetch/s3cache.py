@@ -10,6 +10,7 @@ used only for a profile that pins a sha256, and its bytes are checked against th
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,9 @@ class S3Cache:
 
             client = boto3.client(
                 "s3",
-                region_name=region,
+                # botocore reads AWS_DEFAULT_REGION, not AWS_REGION (what the boot script and the pod set); without
+                # either it asks the instance metadata, which a pod cannot reach
+                region_name=region or os.environ.get("AWS_REGION") or None,
                 config=Config(
                     max_pool_connections=connections * 2,
                     retries={"mode": "standard", "max_attempts": 3},

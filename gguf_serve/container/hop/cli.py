@@ -8,9 +8,11 @@ import resource
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from gguf_serve.container.hop.drain import Drainer, DrainSettings
 from gguf_serve.container.hop.gpu import GpuReader
+from gguf_serve.container.hop.pod import PodDrainer
 from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
 from gguf_serve.container.names import SERVER_PORT, UPSTREAM_PORT
 
@@ -66,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--drain-hook", help="termination lifecycle hook to heartbeat and complete (none without)")
     drain.add_argument("--region", help="AWS region for the lifecycle calls and the drain's metrics")
     drain.add_argument("--namespace", help="CloudWatch namespace for the drain's counts (log only without)")
+    drain.add_argument(
+        "--pod-drain",
+        metavar="FILE",
+        type=Path,
+        help="in a Kubernetes pod: drain on SIGUSR1 (the preStop hook, gguf_serve/container/hop/pod.py) up to "
+        "--drain-deadline, then write the outcome to FILE; instead of --drain-imds",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every request line")
     return p
 
@@ -89,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         admission = _admission(args)
         drainer = None
-        if args.drain_imds:
+        if args.pod_drain and args.drain_imds:
+            raise ValueError("--pod-drain and --drain-imds: a pod has no instance metadata to watch; use one")
+        if args.pod_drain:
+            drainer = PodDrainer(deadline_s=args.drain_deadline, report=args.pod_drain)
+            drainer.install()
+        elif args.drain_imds:
             drainer = Drainer(
                 DrainSettings(
                     imds_url=args.drain_imds,
@@ -117,7 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     host, port = server.server_address[:2]
     gpu_text = f"GPU gauges from {gpu.binary}" if gpu and gpu.binary else "no GPU gauges"
     shed = f"429 past {admission.limit} in flight" if admission.limit else "no admission limit"
-    watch = f"drain on IMDS notices ({args.drain_imds})" if drainer else "no drain watch"
+    watch = (
+        f"drain on SIGUSR1 (outcome in {args.pod_drain})"
+        if args.pod_drain
+        else f"drain on IMDS notices ({args.drain_imds})"
+        if drainer
+        else "no drain watch"
+    )
     logging.getLogger("gguf-serve-hop").info(
         "listening on %s:%s, upstream %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, watch
     )

@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 import h11
 
+from gguf_serve.container.hop.chunked import ChunkedDecoder, ChunkedError
 from gguf_serve.container.hop.drain import Drainer, DrainState
 from gguf_serve.container.hop.gpu import GpuReader
 from gguf_serve.container.hop.metrics import RequestMetrics, RequestRecord, SseTokenScanner
@@ -348,7 +349,16 @@ class _Connection:
     async def _send(self, event: h11.Event) -> None:
         data = self.h11.send(event)
         if data:
-            self.writer.write(data)
+            await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
+        """Bytes to the client; waits (at most send_timeout_s) only while its buffer is over the high-water mark:
+        a drain wrapped in wait_for on every token cost a task and a timer each."""
+        transport = self.writer.transport
+        if transport.is_closing():
+            raise _ClientGone("the client connection closed")
+        self.writer.write(data)
+        if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
             try:
                 await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
             except (ConnectionError, OSError, TimeoutError) as e:
@@ -579,8 +589,12 @@ class _Exchange:
         self.record = record
         self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
         self.head_sent = False
-        self._up_read: asyncio.Future[bytes] | None = None
         self.completed = False  # the whole answer reached the client
+        self._task: asyncio.Task[Any] | None = None
+        self._relaying = False
+        self._interrupt: BaseException | None = None  # why the relay was stopped from outside (body pump, silence)
+        self._last_byte = 0.0
+        self._silence: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         server, conn = self.server, self.conn
@@ -593,12 +607,12 @@ class _Exchange:
             return
         body = asyncio.create_task(self._pump_body(writer))
         try:
-            await self._relay(reader, body)
+            await self._relay_watched(reader, body)
         except _ClientGone as e:
             if self.record is not None and not self.record.answered:
                 self.record.client_closed = True
             log.debug("client left during the answer: %s", e)
-        except (OSError, TimeoutError, h11.RemoteProtocolError) as e:
+        except (OSError, TimeoutError, h11.RemoteProtocolError, ChunkedError) as e:
             log.warning("upstream answer broke off: %s: %s", type(e).__name__, e)
             if self.head_sent:
                 conn.writer.transport.abort()  # no final chunk: the client sees a cut answer, not a complete one
@@ -610,8 +624,6 @@ class _Exchange:
             body.cancel()
             with contextlib.suppress(BaseException):
                 await body
-            if self._up_read is not None:
-                self._up_read.cancel()
             writer.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
         if self.record is not None and self.record.finished is None:
             self.record.finished = time.monotonic()
@@ -622,6 +634,56 @@ class _Exchange:
             self.record.status = status  # type: ignore[assignment]
             self.record.finished = time.monotonic()
             self.server.metrics.observe(self.record)
+
+    # --- stopping the relay from outside: one timer and one callback per request, not a wait per read ---------------
+    async def _relay_watched(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+        """The relay, stopped (its task cancelled at whatever it awaits) when the body pump fails (the client left,
+        a 413) or llama-server sends nothing for upstream_timeout_s; the cause is raised in place of the cancel."""
+        loop = asyncio.get_running_loop()
+        self._task, self._relaying, self._last_byte = asyncio.current_task(), True, time.monotonic()
+        body.add_done_callback(self._body_ended)
+        self._silence = loop.call_later(self.server.upstream_timeout_s, self._check_silence)
+        try:
+            await self._relay(reader)
+        except asyncio.CancelledError:
+            self._relaying = False
+            reason = self._interrupt
+            if reason is None or (self._task is not None and self._task.uncancel() > 0):
+                raise  # cancelled by the server's shutdown, not by us
+            await self._interrupted(reason)
+        finally:
+            self._relaying = False
+            self._silence.cancel()
+
+    def _stop_relay(self, reason: BaseException) -> None:
+        if self._relaying and self._interrupt is None and self._task is not None:
+            self._interrupt = reason
+            self._task.cancel()
+
+    def _body_ended(self, body: asyncio.Task[None]) -> None:
+        if not body.cancelled() and body.exception() is not None:
+            self._stop_relay(body.exception())  # type: ignore[arg-type]
+
+    def _check_silence(self) -> None:
+        timeout = self.server.upstream_timeout_s
+        quiet = time.monotonic() - self._last_byte
+        if quiet >= timeout:
+            self._stop_relay(TimeoutError(f"no byte from llama-server in {timeout} s"))
+        elif self._relaying:
+            self._silence = asyncio.get_running_loop().call_later(timeout - quiet, self._check_silence)
+
+    async def _interrupted(self, reason: BaseException) -> None:
+        """Raise what stopped the relay as the relay itself would have: a timeout, or the client gone."""
+        if isinstance(reason, TimeoutError):
+            raise reason
+        if isinstance(reason, h11.RemoteProtocolError):  # a malformed chunked request body
+            reason = _Refused(400, f"bad request body: {reason}")
+        if isinstance(reason, _Refused):
+            self._observe(reason.status)
+            if not self.head_sent:
+                await self.conn._refuse(reason.status, reason.message)
+            raise _ClientGone(reason.message)
+        raise reason if isinstance(reason, _ClientGone) else _ClientGone(str(reason))
 
     async def _pump_body(self, writer: asyncio.StreamWriter) -> None:
         """Request head and body to llama-server as the client sends them; then watch for the client leaving."""
@@ -666,7 +728,7 @@ class _Exchange:
         if conn.peer_eof:
             raise _ClientGone("the client closed while waiting for the answer")
 
-    async def _relay(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+    async def _relay(self, reader: asyncio.StreamReader) -> None:
         conn, up, server, record = self.conn, self.up, self.server, self.record
         metrics_route = self.request.method == b"GET" and self.route == "/metrics"
         scanner: SseTokenScanner | None = None
@@ -674,14 +736,13 @@ class _Exchange:
         while True:
             event = up.next_event()
             if event is h11.NEED_DATA:
-                data = await self._read_upstream(reader, body)
-                up.receive_data(data)
+                up.receive_data(await self._read_upstream(reader))
                 continue
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
                 if metrics_route:
-                    await self._metrics(event, reader, body)
+                    await self._metrics(event, reader)
                     return
                 headers = [(n, v) for n, v in event.headers.raw_items() if n.lower() not in HOP_BY_HOP]
                 if record is not None:
@@ -692,6 +753,9 @@ class _Exchange:
                     kept = bytearray() if not record.stream and event.status_code == 200 else None
                 await conn._send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
                 self.head_sent = True
+                if scanner is not None and self._chunked_both_ways(event):
+                    await self._stream(reader, scanner, up.trailing_data[0])
+                    return
             elif isinstance(event, h11.Data):
                 if scanner is not None:
                     scanner.feed(event.data, time.monotonic())
@@ -714,42 +778,50 @@ class _Exchange:
             elif isinstance(event, h11.ConnectionClosed):
                 raise h11.RemoteProtocolError("upstream closed")
 
-    async def _read_upstream(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> bytes:
-        """The next bytes from llama-server, or what ended the body pump (the client left, a 413)."""
-        if self._up_read is None:
-            self._up_read = asyncio.ensure_future(reader.read(READ_SIZE))
-        read = self._up_read
-        waiting: set[asyncio.Future[Any]] = {read} if body.done() else {read, body}
-        done, _ = await asyncio.wait(
-            waiting, timeout=self.server.upstream_timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        if read not in done:
-            if body in done:
-                error = body.exception()
-                if isinstance(error, h11.RemoteProtocolError):  # a malformed chunked body
-                    error = _Refused(400, f"bad request body: {error}")
-                if isinstance(error, _Refused):
-                    self._observe(error.status)
-                    if not self.head_sent:
-                        await self.conn._refuse(error.status, error.message)
-                    raise _ClientGone(error.message)
-                if error is not None:
-                    raise error if isinstance(error, _ClientGone) else _ClientGone(str(error))
-                return await self._read_upstream(reader, body)
-            raise TimeoutError(f"no byte from llama-server in {self.server.upstream_timeout_s} s")
-        self._up_read = None
-        data = read.result()
+    def _chunked_both_ways(self, response: h11.Response) -> bool:
+        """llama-server sends the answer chunked, and h11 frames it chunked for this client (HTTP/1.1, a body)."""
+        upstream = any(name == b"transfer-encoding" for name, _ in response.headers)
+        client = self.conn.h11.their_http_version == b"1.1" and not self.conn.head_only
+        return upstream and client and response.status_code not in (204, 304)
+
+    async def _stream(self, reader: asyncio.StreamReader, scanner: SseTokenScanner, buffered: bytes) -> None:
+        """An SSE answer, chunked both ways: each read is decoded in one call, its tokens timed, and its payload
+        sent to the client as one chunk; h11 frames the head and the last chunk. The hop's cost per token."""
+        conn, record, decoder = self.conn, self.record, ChunkedDecoder()
+        data = buffered
+        while True:
+            if data:
+                payload = decoder.feed(data)
+                if payload:
+                    scanner.feed(payload, time.monotonic())
+                    await conn._write(b"%x\r\n%b\r\n" % (len(payload), payload))
+                    if scanner.done and record is not None:
+                        record.answered = True  # a client may leave at [DONE], before the body's end
+                if decoder.done:
+                    break
+            data = await self._read_upstream(reader)
+            if not data:
+                raise h11.RemoteProtocolError("upstream closed in the middle of the answer")
+        assert record is not None  # a scanner exists only for a measured request
+        record.finished = time.monotonic()
+        await conn._send(h11.EndOfMessage())
+        self.completed = True
+        self.server.metrics.observe(record)
+
+    async def _read_upstream(self, reader: asyncio.StreamReader) -> bytes:
+        """The next bytes from llama-server (b"" at its end); the relay's watcher stops a silent one."""
+        data = await reader.read(READ_SIZE)
         if data:
-            self.server.last_upstream_byte = time.monotonic()
+            self._last_byte = self.server.last_upstream_byte = time.monotonic()
         return data
 
-    async def _metrics(self, response: h11.Response, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+    async def _metrics(self, response: h11.Response, reader: asyncio.StreamReader) -> None:
         up, conn = self.up, self.conn
         parts = bytearray()
         while True:
             event = up.next_event()
             if event is h11.NEED_DATA:
-                up.receive_data(await self._read_upstream(reader, body))
+                up.receive_data(await self._read_upstream(reader))
             elif isinstance(event, h11.Data):
                 parts += event.data
                 if len(parts) > MAX_METRICS_BODY:

@@ -60,6 +60,7 @@ class Faults:
     corrupt_times: int | None = 1  # how many bodies carry the flipped byte (None: every one)
     token: str | None = None  # when set, requests without this token answer 401
     redirect_to: str | None = None  # base URL: the SDK download URL answers 302 to a signed URL there, like the hub
+    signed_url_uses: int | None = None  # a signed URL answers this many downloads, then 403 (expired); None: forever
     trickle_every_s: float | None = None  # hostile: file bodies go out one byte per this many seconds
     trickle_json_every_s: float | None = None  # hostile: the same for JSON answers (the listing)
     listed_sizes: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the size the listing claims
@@ -116,6 +117,7 @@ class LocalScope:
         self._lock = threading.Lock()
         self._download_count = 0
         self._corrupted = 0
+        self._signature_uses: dict[str, int] = {}
         self._httpd = _Server((host, port), _handler_for(self))
         self._thread: threading.Thread | None = None
 
@@ -202,6 +204,16 @@ class LocalScope:
         with self._lock:
             self._download_count += 1
             return self._download_count
+
+    def _signature_spent(self, sig: str) -> bool:
+        """True when the signed URL `sig` has answered its allowed downloads (counts this one otherwise)."""
+        with self._lock:
+            limit = self.faults.signed_url_uses
+            used = self._signature_uses.get(sig, 0)
+            if limit is not None and used >= limit:
+                return True
+            self._signature_uses[sig] = used + 1
+            return False
 
     def _take_corruption(self) -> bool:
         with self._lock:
@@ -316,6 +328,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._redirect(_repo(m), q.get("Revision", "master"), q.get("FilePath", ""))
             return self._download(_repo(m), q.get("Revision", "master"), q.get("FilePath", ""))
         if m := _RESOLVE.match(path):
+            if q.get("sig") and self.command == "GET" and self.scope._signature_spent(q["sig"]):
+                self._record("expired", 403)
+                return self._error(403, UNAUTHORIZED, "Request has expired")
             return self._download(_repo(m), unquote(m[3]), unquote(m[4]))
         if m := _REVISIONS.match(path):
             return self._revisions(_repo(m))

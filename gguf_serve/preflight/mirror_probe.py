@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import secrets
 import time
@@ -29,8 +30,9 @@ from stacks.image_inputs import ROOT
 SCRIPT = ROOT / "docker" / "pick-mirror.sh"
 KEYRING = ROOT / "docker" / "keyrings" / "debian-trixie.gpg"  # the name pick-mirror.sh reads beside itself
 VARIABLE = "MIRROR_PROBE"
-# pick-mirror.sh gives each mirror at most 15 s to answer and 180 s for its index: four mirrors fit easily.
-BUILD_TIMEOUT_MIN = 20
+# pick-mirror.sh gives a mirror at most 15 s to answer and 180 s for its index (MIRROR_*_TIMEOUT_S): the build's
+# limit is that per mirror plus 5 minutes to provision, 18 minutes for the four default mirrors.
+MIRROR_WORST_S = 15 + 180
 QUEUED_TIMEOUT_MIN = 10
 POLL_S = 10
 # CodeBuild's service principal, as CDK renders it in aws-cn as in aws (the stacks' build role trusts the same).
@@ -60,6 +62,10 @@ class ProbeBuild:
             return None
         compute = stage_compute(IMAGE_TARGETS["x86-64-cpu"], "roots")
         return cls(f"gguf-serve-mirror-probe-{secrets.token_hex(4)}", images[0], compute, plan.debian_mirrors)
+
+    @property
+    def timeout_min(self) -> int:
+        return min(2160, 5 + math.ceil(len(self.mirrors) * MIRROR_WORST_S / 60))  # CreateProject takes 5-2160
 
     def describe(self) -> str:
         return (
@@ -166,7 +172,7 @@ def _build(plan, codebuild, build: ProbeBuild, role: str, run: _Run, sleep, cloc
     _create_project(codebuild, build, role, sleep)
     run.project = True
     run.build_id = codebuild.start_build(projectName=build.name)["build"]["id"]
-    deadline = clock() + 60 * (BUILD_TIMEOUT_MIN + QUEUED_TIMEOUT_MIN + 2)
+    deadline = clock() + 60 * (build.timeout_min + QUEUED_TIMEOUT_MIN + 2)
     while True:
         (state,) = codebuild.batch_get_builds(ids=[run.build_id])["builds"]
         progress(f"probe build {run.build_id}: {state.get('currentPhase', 'QUEUED')}")
@@ -204,7 +210,7 @@ def _create_project(codebuild, build: ProbeBuild, role: str, sleep: Callable[[fl
                     ],
                 },
                 serviceRole=role,
-                timeoutInMinutes=BUILD_TIMEOUT_MIN,
+                timeoutInMinutes=build.timeout_min,
                 queuedTimeoutInMinutes=QUEUED_TIMEOUT_MIN,
                 logsConfig={"cloudWatchLogs": {"status": "DISABLED"}, "s3Logs": {"status": "DISABLED"}},
             )

@@ -145,6 +145,7 @@ def test_the_probe_makes_a_project_without_permissions_or_logs_runs_it_once_and_
     assert project["source"] == {"type": "NO_SOURCE", "buildspec": json.dumps(buildspec())}
     assert project["logsConfig"] == {"cloudWatchLogs": {"status": "DISABLED"}, "s3Logs": {"status": "DISABLED"}}
     assert project["serviceRole"] == ROLE_ARN
+    assert project["timeoutInMinutes"] == 18  # 5 to provision, then 4 mirrors at worst 15 s + 180 s each
 
 
 def test_a_failed_build_is_a_warning_with_its_reason_and_both_are_still_deleted(plan, probe):

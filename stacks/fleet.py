@@ -21,6 +21,7 @@ from gguf_serve.container.metrics import names
 from gguf_serve.container.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
+from stacks.principals import ec2_principal
 from userdata.render import BootSettings, DeploySettings, InstanceSpec, release_id, render_user_data
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
@@ -108,7 +109,7 @@ class ServingFleet(Construct):
         role = iam.Role(
             self,
             "InstanceRole",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            assumed_by=ec2_principal(self),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
             description=f"llama-server instances of {Stack.of(self).stack_name}",
         )

@@ -48,6 +48,7 @@ from gguf_serve.catalog.images import (
     ImageTarget,
     stage_compute,
 )
+from stacks import lambda_runtimes
 from stacks.image_checks import check_build_args, check_debian_mirrors, foreign_ecr_repositories
 from stacks.image_inputs import CONTEXT_EXCLUDE, IMAGE_CODE, ROOT, app_files, app_key, base_key
 from stacks.nag import acknowledge, arn_of
@@ -290,7 +291,7 @@ class ImageBuild(Construct):
             fn = lambda_.Function(
                 self,
                 f"{name.title().replace('_', '')}Handler",
-                runtime=lambda_.Runtime.PYTHON_3_13,
+                runtime=lambda_runtimes.PYTHON,
                 handler="index.handler",
                 code=lambda_.Code.from_inline((HANDLERS / f"image_build_{name}.py").read_text()),
                 timeout=Duration.seconds(30),

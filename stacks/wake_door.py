@@ -32,6 +32,7 @@ from constructs import Construct
 
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.container.names import PRODUCT
+from stacks import lambda_runtimes
 from stacks.nag import acknowledge
 
 HANDLER = Path(__file__).parent / "handlers" / "wake_door.py"
@@ -75,7 +76,7 @@ class WakeDoor(Construct):
         self.function = lambda_.Function(
             self,
             "Function",
-            runtime=lambda_.Runtime.PYTHON_3_13,
+            runtime=lambda_runtimes.PYTHON,
             handler="index.handler",
             code=lambda_.Code.from_inline(HANDLER.read_text()),
             timeout=Duration.seconds(90),  # a launch event waits up to 60 s for the target's health checks

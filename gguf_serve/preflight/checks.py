@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any
+from collections.abc import Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gguf_serve.preflight.network import endpoint_services, network_quotas
 from gguf_serve.preflight.plan import DeployPlan
+from gguf_serve.preflight.results import Clients, Result, Status
 
 BOOTSTRAP_STACK = "CDKToolkit"
 BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"  # the default qualifier's version parameter
@@ -23,29 +22,13 @@ _SIZES = {
 }
 
 
-class Status(str, Enum):
-    OK = "ok"
-    WARN = "warn"
-    BLOCKER = "BLOCKER"
-
-
-@dataclass(frozen=True)
-class Result:
-    check: str
-    status: Status
-    detail: str
-    todo: str = ""
-
-
-Clients = Callable[[str], Any]  # service name -> boto3 client for the plan's region
-
-
 def run_checks(plan: DeployPlan, client: Clients) -> list[Result]:
     results = [
         Result(f"model {name}", Status.BLOCKER, why, "lock the model, as the detail says, then run this again")
         for name, why in plan.refused
     ]
-    checks = (ami, instance_offerings, vcpu_quotas, build_environments, bootstrap, endpoint_services, lambda_capacity)
+    checks = (ami, instance_offerings, vcpu_quotas, build_environments, bootstrap, endpoint_services, network_quotas,
+              lambda_capacity)  # fmt: skip
     for check in checks:
         try:
             results.extend(check(plan, client))
@@ -214,27 +197,6 @@ def bootstrap(plan: DeployPlan, client: Clients) -> Iterator[Result]:
         yield Result("CDK bootstrap", Status.BLOCKER, f"version {version}, the templates need {required}", todo)
     else:
         yield Result("CDK bootstrap", Status.OK, f"{BOOTSTRAP_STACK} version {version} (>= {required})")
-
-
-def endpoint_services(plan: DeployPlan, client: Clients) -> Iterator[Result]:
-    wanted = {name for s in _planned(plan) for name in s.endpoint_services}
-    offered: set[str] = set()
-    ec2, token = client("ec2"), None
-    while True:  # DescribeVpcEndpointServices has no paginator in older botocore models
-        page = ec2.describe_vpc_endpoint_services(**({"NextToken": token} if token else {}))
-        offered.update(page["ServiceNames"])
-        if not (token := page.get("NextToken")):
-            break
-    missing = sorted(wanted - offered)
-    if missing:
-        yield Result(
-            "VPC endpoint services",
-            Status.BLOCKER,
-            f"not offered: {', '.join(missing)}",
-            "remove them from stacks/network.py or pick another region",
-        )
-    else:
-        yield Result("VPC endpoint services", Status.OK, f"all {len(wanted)} offered")
 
 
 def lambda_capacity(plan: DeployPlan, client: Clients) -> Iterator[Result]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,16 @@ G_AND_VT_SPOT = "L-3819A6DF"
 
 
 @dataclass(frozen=True)
+class NetworkPlan:
+    """What a stack's VPC adds to the region's network quotas when the stack is created."""
+
+    vpcs: int = 0
+    internet_gateways: int = 0
+    elastic_ips: int = 0
+    nat_gateways: tuple[tuple[str, int], ...] = ()  # (zone, NAT gateways placed in it)
+
+
+@dataclass(frozen=True)
 class StackPlan:
     stack_name: str
     instance_type: str
@@ -34,9 +45,10 @@ class StackPlan:
     vcpus: dict[str, int]  # create / update / scale_out
     quota_code: str
     build_images: tuple[tuple[str, str, str], ...]  # CodeBuild (environment type, image, compute type)
-    endpoint_services: tuple[str, ...]
+    endpoint_services: tuple[tuple[str, tuple[str, ...]], ...]  # (service name, zones of its subnets; () gateway)
     bootstrap_version: int  # the lowest CDK bootstrap stack version the template accepts
     functions: tuple[str, ...] = ()  # Lambda functions' logical ids (the image build's trigger, WakeDoor...)
+    network: NetworkPlan = NetworkPlan()
 
 
 @dataclass(frozen=True)
@@ -49,7 +61,7 @@ class EndpointPlan:
     price_cny_per_hour: float
     price_is_estimate: bool
     build_images: tuple[tuple[str, str, str], ...]  # the image build's and the model staging's CodeBuild
-    endpoint_services: tuple[str, ...]
+    endpoint_services: tuple[tuple[str, tuple[str, ...]], ...]  # as StackPlan's
     bootstrap_version: int
     functions: tuple[str, ...] = ()
 
@@ -60,6 +72,7 @@ class DeployPlan:
     stacks: tuple[StackPlan, ...]
     refused: tuple[tuple[str, str], ...] = ()  # (stack, why) the CLI refuses; planned and checked all the same
     endpoints: tuple[EndpointPlan, ...] = ()  # the SageMaker stacks named (gguf_serve/preflight/sagemaker.py)
+    debian_mirrors: tuple[str, ...] = ()  # the deploy option debianMirrors, in the order the build probes them
 
 
 def deploy_plan(
@@ -111,11 +124,16 @@ def deploy_plan(
                 endpoint_services=tuple(sorted(_endpoint_services(template, options.region))),
                 bootstrap_version=_bootstrap_version(template),
                 functions=tuple(_functions(template)),
+                network=_network(template),
             )
         )
     plans += [_unlocked_plan(name, options, ctx, images) for name in unplanned]
     return DeployPlan(
-        region=options.region, stacks=tuple(plans), refused=tuple(sorted(refusals.items())), endpoints=tuple(endpoints)
+        region=options.region,
+        stacks=tuple(plans),
+        refused=tuple(sorted(refusals.items())),
+        endpoints=tuple(endpoints),
+        debian_mirrors=options.debian_mirrors,
     )
 
 
@@ -155,6 +173,7 @@ def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: d
     spot = options.spot and not hw.has_gpu
     warm = 0 if spot else fleet.warm_pool_size if options.warm_pool is None else options.warm_pool
     zones = (ctx.get("pinned-availability-zones") or {}).get(options.region, [])[: fleet.max_azs]
+    nat = fleet.nat_gateways  # in the first zones, one per public subnet, as ec2.Vpc places them
     return StackPlan(
         stack_name=stack_name,
         instance_type=hw.instance_type,
@@ -171,6 +190,7 @@ def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: d
         build_images=images.get(doc.get("image", ""), ()),
         endpoint_services=(),
         bootstrap_version=0,
+        network=NetworkPlan(1, 1, nat, tuple((z, 1) for z in zones[:nat])),
     )
 
 
@@ -192,20 +212,37 @@ def _zones(template: dict) -> set[str]:
     return {s["AvailabilityZone"] for s in _resources(template, "AWS::EC2::Subnet")}
 
 
+def _subnet_zone(template: dict, ref: dict) -> str:
+    return template["Resources"][ref["Ref"]]["Properties"]["AvailabilityZone"]
+
+
+def _network(template: dict) -> NetworkPlan:
+    nat = Counter(_subnet_zone(template, p["SubnetId"]) for p in _resources(template, "AWS::EC2::NatGateway"))
+    return NetworkPlan(
+        vpcs=len(_resources(template, "AWS::EC2::VPC")),
+        internet_gateways=len(_resources(template, "AWS::EC2::InternetGateway")),
+        elastic_ips=len(_resources(template, "AWS::EC2::EIP")),
+        nat_gateways=tuple(sorted(nat.items())),
+    )
+
+
 def _build_images(template: dict) -> list[tuple[str, str, str]]:
     envs = [p["Environment"] for p in _resources(template, "AWS::CodeBuild::Project")]
     return sorted({(e["Type"], e["Image"], e["ComputeType"]) for e in envs if isinstance(e.get("Image"), str)})
 
 
-def _endpoint_services(template: dict, region: str) -> set[str]:
-    names = set()
+def _endpoint_services(template: dict, region: str) -> set[tuple[str, tuple[str, ...]]]:
+    """Each endpoint's service name and the zones of its subnets (an interface endpoint has a network interface in
+    each; a gateway endpoint has none)."""
+    services = set()
     for props in _resources(template, "AWS::EC2::VPCEndpoint"):
         name = props["ServiceName"]
         if isinstance(name, dict):  # {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}
             parts = name["Fn::Join"][1]
             name = "".join(region if p == {"Ref": "AWS::Region"} else p for p in parts)
-        names.add(name)
-    return names
+        zones = sorted({_subnet_zone(template, ref) for ref in props.get("SubnetIds", [])})
+        services.add((name, tuple(zones)))
+    return services
 
 
 def _bootstrap_version(template: dict) -> int:

@@ -138,8 +138,10 @@ def test_no_dockerfile_defaults_to_a_public_registry_or_index(dockerfile):
 
 def test_build_script_builds_without_network_unless_a_mirror_is_asked_for():
     script = (ROOT / "docker" / "build-image.sh").read_text()
-    assert script.count('docker build --network "$network"') == 1 and "local network=none" in script
-    assert script.count("docker build --network none") == 2  # the application layer's check, then the image
+    # Every build goes through build(): buildx where installed (as CodeBuild's images run it), else docker build.
+    assert script.count('build --network "$network"') == 1 and "local network=none" in script
+    assert script.count("build --network none") == 2  # the application layer's check, then the image
+    assert script.count("docker buildx build --load") == 1 and script.count("docker build ") == 1
 
 
 # --- issue 9 item 4: the build role, immutable tags and rollbacks -------------------------------------------

@@ -33,7 +33,7 @@ class EndpointAccount(Account):
         e = plan.endpoints
         self.curated = {image for s in e for _, image, _ in s.build_images}
         self.bootstrap_version = max(s.bootstrap_version for s in e)
-        self.endpoint_services = {n for s in e for n in s.endpoint_services}
+        self.endpoint_services = {n: set(zones) for s in e for n, zones in s.endpoint_services}
         self.endpoint_quota = {s.ml_type: 2.0 * s.max_instances for s in e}
         self.role_exists = True
         self.price = 2.11

@@ -13,7 +13,7 @@ from gguf_serve.preflight.checks import Status, run_checks
 from gguf_serve.preflight.plan import deploy_plan
 from gguf_serve.preflight.sagemaker import SERVICE_LINKED_ROLE, endpoint_checks
 from tests.conftest import cdk_context
-from tests.preflight.test_preflight import REGION, Account
+from tests.preflight.account import REGION, Account
 
 NAMES = ["GravitonMoeSageMakerStack", "GpuMtpSageMakerStack"]
 

@@ -11,6 +11,7 @@ stacks and why). With every model listing-locked, synth opens no socket.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,12 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from gguf_serve.catalog import ProfileError, ServingProfile
+from gguf_serve.catalog import ServingProfile
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
 from gguf_serve.catalog.lookup import resolve_locks, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
-from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptions, load_options
+from gguf_serve.errors import InputError
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
 from stacks.serving_stack import ServingStack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,10 +41,24 @@ def cli_context() -> dict[str, Any]:
     return ctx
 
 
+def main(
+    context: dict[str, Any] | None = None, *, config_file: Path = DEPLOY_CONFIG, profiles_dir: Path = PROFILES_DIR
+) -> int:
+    """What `cdk synth|deploy` runs (app.py): the app, synthesized; or, for any bad input (a profile or lock file, a
+    deploy option, a construct's props), one line on stderr that says what to change, and exit status 1."""
+    try:
+        build_app(context, config_file=config_file, profiles_dir=profiles_dir).synth()
+    except InputError as bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_app(
     context: dict[str, Any] | None = None,
     *,
     config_file: Path = DEPLOY_CONFIG,
+    profiles_dir: Path = PROFILES_DIR,
     stack_names: list[str] | None = None,
     refusals: dict[str, str] | None = None,
 ) -> cdk.App:
@@ -54,17 +70,18 @@ def build_app(
     options = load_options(_context_values(app), config_file)
     zones = (app.node.try_get_context("pinned-availability-zones") or {}).get(options.region)
     if not zones:
-        raise ProfileError(
-            f"no pinned availability zones for region {options.region!r}: add it to 'pinned-availability-zones' in "
+        raise DeployOptionError(
+            f"region {options.region!r} has no pinned availability zones: add it to 'pinned-availability-zones' in "
             "cdk.context.json (synth never looks zones up)"
         )
-    lock_file = model_lock_file(app.node.try_get_context(MODEL_LOCK_CONTEXT))
-    models = stack_models(PROFILES_DIR)
+    lock_file = model_lock_file(app.node.try_get_context(MODEL_LOCK_CONTEXT), profiles_dir)
+    models = stack_models(profiles_dir)
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
-    resolution = resolve_locks(models.values(), root=PROFILES_DIR, lock_file=lock_file, lookups=lookups)
-    built = {p.stack_name: p for p in load_catalog(lock_file=lock_file, skip_unlocked=True).profiles.values()}
+    resolution = resolve_locks(models.values(), root=profiles_dir, lock_file=lock_file, lookups=lookups)
+    catalog = load_catalog(profiles_dir, lock_file=lock_file, skip_unlocked=True)
+    built = {p.stack_name: p for p in catalog.profiles.values()}
     env = cdk.Environment(account=options.account, region=options.region)
     for stack_name, model in models.items():
         profile = built.get(stack_name)
@@ -98,9 +115,9 @@ def build_app(
     return app
 
 
-def model_lock_file(context_value: str | None = None) -> Path:
+def model_lock_file(context_value: str | None = None, profiles_dir: Path = PROFILES_DIR) -> Path:
     """The lock file synth reads and, on a lookup, writes: `-c modelLock=<file>`, else profiles/models.lock.toml."""
-    return ROOT / context_value if context_value else PROFILES_DIR / LOCK_NAME
+    return ROOT / context_value if context_value else profiles_dir / LOCK_NAME
 
 
 def stack_profiles(lock: str | None = None) -> list[ServingProfile]:

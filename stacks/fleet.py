@@ -14,11 +14,11 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.catalog.hardware import Hardware
 from gguf_serve.container.metrics import names
 from gguf_serve.container.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
+from stacks.errors import PropsError
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge, arn_of
 from userdata.render import BootSettings, DeploySettings, InstanceSpec, release_id, render_user_data
@@ -301,16 +301,16 @@ class ServingFleet(Construct):
 def _check(*, port: int, root_volume_gib: int, boot_budget_s: int, image_tag: str) -> None:
     """The fleet's props, refused before anything is built, with what to change."""
     if not 1 <= port <= 65535:
-        raise ProfileError(f"ServingFleet: port {port} is not a TCP port; set the profile's server port to 1-65535")
+        raise PropsError(f"ServingFleet: port {port} is not a TCP port; set the profile's server port to 1-65535")
     if not 1 <= root_volume_gib <= GP3_MAX_GIB:
-        raise ProfileError(
+        raise PropsError(
             f"ServingFleet: a {root_volume_gib} GiB root volume is outside gp3's 1-{GP3_MAX_GIB} GiB; "
             "lower the model size or the fleet's image_headroom_gib"
         )
     if boot_budget_s <= 0:
-        raise ProfileError(f"ServingFleet: boot budget {boot_budget_s} s must be positive (the profile's boot plan)")
+        raise PropsError(f"ServingFleet: boot budget {boot_budget_s} s must be positive (the profile's boot plan)")
     if not image_tag or Token.is_unresolved(image_tag):
-        raise ProfileError(
+        raise PropsError(
             f"ServingFleet: image tag {image_tag!r} is not a plain tag; pass ImageBuild.image_tag (the release id "
             "hashes it)"
         )

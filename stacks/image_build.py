@@ -31,7 +31,6 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.hardware import Architecture
 from gguf_serve.catalog.images import (
     APP_DOCKERFILE,
@@ -43,6 +42,7 @@ from gguf_serve.catalog.images import (
     LAYER_BUILD_TIMEOUT_MIN,
     ImageTarget,
 )
+from stacks.errors import PropsError
 from stacks.image_checks import ECR_IMAGE, check_build_args, check_debian_mirror
 from stacks.image_inputs import CONTEXT_EXCLUDE, IMAGE_CODE, ROOT, app_files, app_key, base_key
 from stacks.nag import acknowledge, arn_of
@@ -105,7 +105,7 @@ class ImageBuild(Construct):
             gguf_serve.catalog.images.DEFAULT_DEBIAN_MIRROR.
         """
         if arm64_builder not in ARM64_BUILDERS:
-            raise ProfileError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
+            raise PropsError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
         check_debian_mirror(debian_mirror)
         args = check_build_args(target, build_args or {})
         super().__init__(scope, construct_id)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.images import APP_DOCKERFILE, DEFAULT_DEBIAN_MIRROR, ImageTarget
+from stacks.errors import PropsError
 from stacks.image_inputs import declared_build_args
 
 # Build arguments the build script sets itself, never a user.
@@ -25,28 +25,28 @@ def check_build_args(target: ImageTarget, build_args: dict[str, str]) -> dict[st
     for name, value in build_args.items():
         where = f"imageBuildArgs {name}={value!r}"
         if not _ARG_NAME.match(name):
-            raise ProfileError(f"{where}: a build argument name is upper case letters, digits and _")
+            raise PropsError(f"{where}: a build argument name is upper case letters, digits and _")
         if name not in known:
-            raise ProfileError(
+            raise PropsError(
                 f"{where}: docker/{target.dockerfile} and docker/{APP_DOCKERFILE} declare no {name}; "
                 f"use one of {', '.join(sorted(known))}"
             )
         if not value or not value.isascii() or not _ARG_VALUE.match(value):
-            raise ProfileError(
+            raise PropsError(
                 f"{where}: a value must be non-empty printable ASCII without spaces, quotes, backslash, $ or `; "
                 "URLs and image references need none of them"
             )
         if name.endswith("_IMAGE") and not _IMAGE_REF.match(value):
-            raise ProfileError(f"{where}: write an image reference, e.g. <registry>/<repository>:<tag>@sha256:<digest>")
+            raise PropsError(f"{where}: write an image reference, e.g. <registry>/<repository>:<tag>@sha256:<digest>")
         if name.endswith("_URL") and not value.startswith("https://"):
-            raise ProfileError(f"{where}: use an https:// URL")
+            raise PropsError(f"{where}: use an https:// URL")
     return dict(build_args)
 
 
 def check_debian_mirror(url: str) -> str:
     """A mirror URL the build script can pass to debootstrap as one word; http is fine (signatures are checked)."""
     if not _MIRROR.match(url):
-        raise ProfileError(
+        raise PropsError(
             f"debianMirror {url!r}: write the mirror's Debian archive URL, e.g. {DEFAULT_DEBIAN_MIRROR} or "
             "http://deb.debian.org/debian (http or https, no spaces or quotes)"
         )

@@ -10,7 +10,7 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
+from stacks.errors import PropsError
 
 MAX_IDLE_TIMEOUT_S = 4000  # ALB idle_timeout: 1-4000 seconds (ELBv2 API Reference, LoadBalancerAttribute)
 MAX_DEREGISTRATION_DELAY_S = 3600  # target group deregistration_delay: 0-3600 seconds
@@ -107,14 +107,14 @@ def _check_props(
     certificate_arn: str | None,
 ) -> None:
     if not 1 <= target_port <= 65535:
-        raise ProfileError(f"load balancer: target_port {target_port} must be 1-65535 (the fleet's serving port)")
+        raise PropsError(f"load balancer: target_port {target_port} must be 1-65535 (the fleet's serving port)")
     if not 1 <= idle_timeout_s <= MAX_IDLE_TIMEOUT_S:
-        raise ProfileError(
+        raise PropsError(
             f"load balancer: idle_timeout_s {idle_timeout_s} must be 1-{MAX_IDLE_TIMEOUT_S}; set "
             "fleet.alb_idle_timeout_s longer than the longest generation"
         )
     if not 0 <= deregistration_delay_s <= MAX_DEREGISTRATION_DELAY_S:
-        raise ProfileError(
+        raise PropsError(
             f"load balancer: deregistration_delay_s {deregistration_delay_s} must be 0-{MAX_DEREGISTRATION_DELAY_S}; "
             "set fleet.deregistration_delay_s"
         )
@@ -122,11 +122,9 @@ def _check_props(
         try:
             ipaddress.ip_network(cidr, strict=False)
         except ValueError:
-            raise ProfileError(
-                f"load balancer: allowed CIDR {cidr!r} is not a network; write e.g. 10.8.0.0/16"
-            ) from None
+            raise PropsError(f"load balancer: allowed CIDR {cidr!r} is not a network; write e.g. 10.8.0.0/16") from None
     if certificate_arn and not Token.is_unresolved(certificate_arn) and not certificate_arn.startswith("arn:"):
-        raise ProfileError(
+        raise PropsError(
             f"load balancer: certificate {certificate_arn!r} is not an ARN; pass the ACM or IAM server certificate's "
             "ARN (-c certificateArn=arn:aws-cn:acm:...)"
         )

@@ -12,6 +12,7 @@ from constructs import Construct
 
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.container.metrics import names
+from stacks.errors import PropsError
 from stacks.scaling import group_metric, group_size
 
 FIVE_MIN = Duration.minutes(5)
@@ -45,7 +46,7 @@ class ServiceMonitoring(Construct):
         wake_answers: requests the wake door answered (stacks/wake_door.py), graphed with the wake-ups.
         """
         if not name:
-            raise ValueError("ServiceMonitoring: name is empty; pass the stack's name")
+            raise PropsError("ServiceMonitoring: name is empty; pass the stack's name")
         super().__init__(scope, construct_id)
         tg = target_group.metrics
         healthy: _Metric = tg.healthy_host_count(period=Duration.minutes(1), statistic="Minimum")

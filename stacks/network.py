@@ -9,7 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
+from stacks.errors import PropsError
 
 _INTERFACE_ENDPOINTS = {
     "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
@@ -61,10 +61,10 @@ def _check_props(cidr: str, max_azs: int, nat_gateways: int) -> None:
     try:
         network = ipaddress.IPv4Network(cidr)
     except ValueError:
-        raise ProfileError(f"network: vpc_cidr {cidr!r} is not an IPv4 network; write e.g. 10.40.0.0/16") from None
+        raise PropsError(f"network: vpc_cidr {cidr!r} is not an IPv4 network; write e.g. 10.40.0.0/16") from None
     if not 16 <= network.prefixlen <= 24:
-        raise ProfileError(f"network: vpc_cidr {cidr} is a /{network.prefixlen}; use a /16 to /24 (fleet.vpc_cidr)")
+        raise PropsError(f"network: vpc_cidr {cidr} is a /{network.prefixlen}; use a /16 to /24 (fleet.vpc_cidr)")
     if not 1 <= max_azs <= 6:
-        raise ProfileError(f"network: max_azs {max_azs} must be 1-6 (fleet.max_azs)")
+        raise PropsError(f"network: max_azs {max_azs} must be 1-6 (fleet.max_azs)")
     if not 0 <= nat_gateways <= max_azs:
-        raise ProfileError(f"network: nat_gateways {nat_gateways} must be 0 to max_azs ({max_azs}); fleet.nat_gateways")
+        raise PropsError(f"network: nat_gateways {nat_gateways} must be 0 to max_azs ({max_azs}); fleet.nat_gateways")

@@ -13,6 +13,7 @@ from constructs import Construct
 
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.container.metrics import names
+from stacks.errors import PropsError
 
 
 def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:
@@ -184,7 +185,7 @@ class FleetScaling(Construct):
                 )
         if fleet.wake_on_request:
             if no_target_503 is None:
-                raise ValueError("wake_on_request needs the load balancer's HTTPCode_ELB_503_Count")
+                raise PropsError("FleetScaling: wake_on_request needs the load balancer's HTTPCode_ELB_503_Count")
             self.wake = wake_on_request(asg, no_target_503=no_target_503, warmup=warmup)
         if fleet.warm_pool_size:
             # The lifecycle hooks are part of the group (stacks/fleet.py), so a warm instance is held by the launch

@@ -29,8 +29,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.container.names import PRODUCT
+from stacks.errors import PropsError
 from stacks.nag import acknowledge
 
 HANDLER = Path(__file__).parent / "handlers" / "wake_door.py"
@@ -64,7 +64,7 @@ class WakeDoor(Construct):
         wake_s: the profile's expected launch (or warm start) to /health 200: the first Retry-After.
         """
         if not 1 <= wake_s <= MAX_RETRY_AFTER_S:
-            raise ProfileError(
+            raise PropsError(
                 f"WakeDoor: a wake-up of {wake_s} s is outside 1-{MAX_RETRY_AFTER_S} s; check the profile's boot "
                 "plan (gguf_serve/catalog/fleet.py) or leave wakeOnRequest off"
             )

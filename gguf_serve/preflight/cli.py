@@ -7,7 +7,7 @@ import sys
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gguf_serve.catalog import ProfileError
+from gguf_serve.errors import InputError
 from gguf_serve.preflight.checks import Result, Status, run_checks
 from gguf_serve.preflight.plan import deploy_plan
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
         context[key] = value
     try:
         plan = deploy_plan(args.stacks or None, context=context)
-    except ProfileError as bad:
+    except InputError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
     if session is None:

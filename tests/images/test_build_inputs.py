@@ -18,7 +18,6 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from gguf_serve.catalog import ProfileError
 from gguf_serve.catalog.images import (
     BUILD_POLL_INTERVAL_S,
     CUSTOM_RESOURCE_MAX_WAIT_S,
@@ -26,6 +25,7 @@ from gguf_serve.catalog.images import (
     IMAGE_TARGETS,
     LAYER_BUILD_TIMEOUT_MIN,
 )
+from gguf_serve.errors import InputError
 from stacks.app import build_app
 from stacks.image_build import (
     ImageBuild,
@@ -246,7 +246,7 @@ def test_every_wait_fits_inside_cloudformations_custom_resource_limit(image_asse
     ],
 )
 def test_bad_build_arguments_are_refused_at_synth_with_what_to_change(value, message):
-    with pytest.raises(ProfileError, match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(message)):
         build_app({**cdk_context(), "imageBuildArgs": value})
 
 
@@ -376,7 +376,7 @@ def test_native_arm64_builder_where_the_region_offers_it(staged_sources):
     ImageBuild(stack, "Image", target=IMAGE_TARGETS["arm64-cpu"], arm64_builder="native")
     env = _environment(Template.from_stack(stack).to_json())
     assert env["Type"] == "ARM_CONTAINER"
-    with pytest.raises(ProfileError, match="use one of cross, native"):
+    with pytest.raises(InputError, match="use one of cross, native"):
         ImageBuild(stack, "Other", target=IMAGE_TARGETS["arm64-cpu"], arm64_builder="emulated")
 
 
@@ -456,7 +456,7 @@ def test_the_gpu_stack_pulls_no_image_from_another_registry(image_assembly):
 def test_a_mirror_the_build_could_misread_is_refused(mirror):
     app = cdk.App(context=cdk_context())
     stack = cdk.Stack(app, "S", env=cdk.Environment(region="cn-northwest-1"))
-    with pytest.raises(ProfileError, match="debianMirror"):
+    with pytest.raises(InputError, match="debianMirror"):
         ImageBuild(stack, "Image", target=X86, debian_mirror=mirror)
 
 
@@ -482,7 +482,7 @@ def test_the_debian_mirror_option_reaches_every_build_from_the_cli_context():
         env = _environment(Template.from_stack(app.node.find_child(stack)).to_json())
         variables = {v["Name"]: v["Value"] for v in env["EnvironmentVariables"]}
         assert variables["DEBIAN_MIRROR"] == "http://mirrors.ustc.edu.cn/debian", stack
-    with pytest.raises(ProfileError, match=r"debianMirror \(from -c\): 'mirror' is not a mirror URL"):
+    with pytest.raises(InputError, match=r"debianMirror \(from -c\): 'mirror' is not a mirror URL"):
         build_app({**cdk_context(), "debianMirror": "mirror"})
 
 

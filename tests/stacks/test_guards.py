@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from cdk_nag import AwsSolutionsChecks
 
-from gguf_serve.catalog import ProfileError
 from stacks.app import build_app
+from stacks.options import DeployOptionError
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import STACK_NAMES
 
@@ -53,7 +53,7 @@ def test_cn_north_1_synthesizes_too():
 
 
 def test_unpinned_region_fails_with_what_to_change():
-    with pytest.raises(ProfileError, match="pinned-availability-zones"):
+    with pytest.raises(DeployOptionError, match="pinned-availability-zones"):
         build_app({**cdk_context(), "region": "cn-south-9"})
 
 

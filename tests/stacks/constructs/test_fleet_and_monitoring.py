@@ -11,9 +11,9 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.container.names import DRAIN_HEARTBEAT_S
 from stacks.app import apply_options
+from stacks.errors import PropsError
 from stacks.fleet import DRAIN_HOOK, READY_HOOK, ServingFleet
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.monitoring import ServiceMonitoring
@@ -250,7 +250,7 @@ def test_the_instances_complete_and_heartbeat_only_the_hooks_of_their_own_stacks
     ],
 )
 def test_fleet_props_are_refused_with_what_to_change(regional_stack, override, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(PropsError, match=message):
         _fleet(regional_stack, **override)
 
 
@@ -323,7 +323,7 @@ def test_the_alarms_page_on_no_healthy_host_5xx_and_a_backlog_and_the_dashboard_
 
 
 def test_monitoring_refuses_an_empty_name(regional_stack):
-    with pytest.raises(ValueError, match=r"name is empty; pass the stack's name"):
+    with pytest.raises(PropsError, match=r"name is empty; pass the stack's name"):
         _monitoring(regional_stack, "IntelMoeStack", name="")
 
 

@@ -12,6 +12,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
+from stacks.errors import PropsError
 from stacks.scaling import FleetScaling
 from tests.committed import profile_by_stack
 
@@ -77,7 +78,7 @@ def test_off_hours_with_wake_bring_the_group_to_zero_and_a_refused_request_sets_
 
 
 def test_wake_on_request_without_the_alb_metric_is_refused(stack):
-    with pytest.raises(ValueError, match=r"wake_on_request needs the load balancer's HTTPCode_ELB_503_Count"):
+    with pytest.raises(PropsError, match=r"wake_on_request needs the load balancer's HTTPCode_ELB_503_Count"):
         _scaled(stack, with_503=False, wake_on_request=True)
 
 

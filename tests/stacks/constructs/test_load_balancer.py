@@ -10,7 +10,7 @@ from aws_cdk import aws_elasticloadbalancingv2_targets as targets
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Match, Template
 
-from gguf_serve.catalog.errors import ProfileError
+from stacks.errors import PropsError
 from stacks.load_balancer import InferenceLoadBalancer
 
 CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
@@ -128,6 +128,6 @@ def test_the_delays_are_props(regional_stack):
     ],
 )
 def test_props_are_checked_before_anything_is_built(stack, props, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(PropsError, match=message):
         _build(stack, **props)
     assert stack.node.try_find_child("LoadBalancer") is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Template
 
-from gguf_serve.catalog.errors import ProfileError
+from stacks.errors import PropsError
 from stacks.network import ServingNetwork
 
 
@@ -34,5 +34,5 @@ def test_vpc_endpoints_and_flow_logs(stack):
     ],
 )
 def test_props_are_checked(stack, props, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(PropsError, match=message):
         ServingNetwork(stack, "Network", **{"cidr": "10.40.0.0/16", "max_azs": 2, "nat_gateways": 1, **props})

@@ -14,7 +14,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.fleet import Capacity, RootVolume
 from gguf_serve.catalog.hardware import Hardware
 from gguf_serve.container.metrics import names
 from gguf_serve.container.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
@@ -45,7 +45,9 @@ class ServingFleet(Construct):
         construct_id: str,
         *,
         hardware: Hardware,
-        fleet: FleetSettings,
+        capacity: Capacity,
+        volume: RootVolume,
+        spot: bool = False,
         instance: InstanceSpec,
         deploy: DeploySettings,
         image_tag: str,
@@ -55,8 +57,11 @@ class ServingFleet(Construct):
     ) -> None:
         """
         hardware: the instance type and AMI of every instance.
-        fleet: group sizes, warm pool, Spot, volume performance, drain deadline.
-        instance: what the boot script reads from the profile (port: the load balancer's target port).
+        capacity: the group's minimum, maximum, desired size and rolling-update batch (the warm pool: FleetScaling).
+        volume: the root volume's gp3 IOPS and throughput.
+        spot: all Spot, capacity-optimized, with capacity rebalancing (stacks/plan.py decides); default On-Demand.
+        instance: what the boot script reads from the profile (port: the load balancer's target port; model_load_s:
+        the group's instance warm-up; drain_deadline_s: the drain hook's deadline).
         deploy: the stack's deploy-time values the boot script reads (image, API key, model cache, log group).
         image_tag: the image the instances run; with the rendered script, the release id published so that
         warm-pool instances can compare.
@@ -81,7 +86,7 @@ class ServingFleet(Construct):
         )
         # ModelScope, ECR, Secrets Manager, CloudWatch and OS packages are all HTTPS.
         self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS out")
-        self.launch_template = self._launch_template(hardware, fleet, root_volume_gib, user_data)
+        self.launch_template = self._launch_template(hardware, volume, root_volume_gib, user_data)
         boot = Duration.seconds(boot_budget_s)
         self.release_parameter = ssm.StringParameter(
             self,
@@ -91,9 +96,9 @@ class ServingFleet(Construct):
             description="Release of the launch template; warm-pool instances of another release abandon their launch",
         )
         self.release_parameter.grant_read(self.role)
-        self.asg = self._group(vpc, fleet, boot)
+        self.asg = self._group(vpc, capacity, spot, Duration.seconds(instance.model_load_s), boot)
         self._hooks(boot)
-        self.drain_deadline_s = fleet.drain_deadline_s
+        self.drain_deadline_s = instance.drain_deadline_s
         self._grant_reporting(has_gpu=hardware.has_gpu)
 
     def _role(self) -> iam.Role:
@@ -112,7 +117,7 @@ class ServingFleet(Construct):
         return role
 
     def _launch_template(
-        self, hw: Hardware, fleet: FleetSettings, root_volume_gib: int, user_data: ec2.UserData
+        self, hw: Hardware, volume: RootVolume, root_volume_gib: int, user_data: ec2.UserData
     ) -> ec2.LaunchTemplate:
         return ec2.LaunchTemplate(
             self,
@@ -132,8 +137,8 @@ class ServingFleet(Construct):
                         root_volume_gib,
                         volume_type=ec2.EbsDeviceVolumeType.GP3,
                         encrypted=True,
-                        iops=fleet.volume_iops,
-                        throughput=fleet.volume_throughput_mibps,
+                        iops=volume.volume_iops,
+                        throughput=volume.volume_throughput_mibps,
                         delete_on_termination=True,
                     ),
                 )
@@ -141,11 +146,13 @@ class ServingFleet(Construct):
             detailed_monitoring=True,
         )
 
-    def _group(self, vpc: ec2.IVpc, fleet: FleetSettings, boot: Duration) -> autoscaling.AutoScalingGroup:
-        capacity: dict = {"launch_template": self.launch_template}
-        if fleet.spot:
+    def _group(
+        self, vpc: ec2.IVpc, capacity: Capacity, spot: bool, warmup: Duration, boot: Duration
+    ) -> autoscaling.AutoScalingGroup:
+        purchase: dict = {"launch_template": self.launch_template}
+        if spot:
             # All Spot, capacity-optimized; a rebalance recommendation starts a replacement before the interruption.
-            capacity = {
+            purchase = {
                 "mixed_instances_policy": autoscaling.MixedInstancesPolicy(
                     launch_template=self.launch_template,
                     instances_distribution=autoscaling.InstancesDistribution(
@@ -161,18 +168,18 @@ class ServingFleet(Construct):
             "Group",
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            **capacity,
-            min_capacity=fleet.min_capacity,
-            max_capacity=fleet.max_capacity,
-            desired_capacity=fleet.desired_capacity,
+            **purchase,
+            min_capacity=capacity.min_capacity,
+            max_capacity=capacity.max_capacity,
+            desired_capacity=capacity.desired_capacity,
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=boot
             ),
-            default_instance_warmup=Duration.seconds(fleet.model_load_s),
+            default_instance_warmup=warmup,
             signals=autoscaling.Signals.wait_for_min_capacity(timeout=boot),
             update_policy=autoscaling.UpdatePolicy.rolling_update(
-                max_batch_size=1,
-                min_instances_in_service=fleet.min_capacity,
+                max_batch_size=capacity.rolling_batch,
+                min_instances_in_service=capacity.min_capacity,
                 pause_time=boot,
                 wait_on_resource_signals=True,
             ),
@@ -180,7 +187,7 @@ class ServingFleet(Construct):
         )
         asg.node.default_child.override_logical_id(GROUP_LOGICAL_ID)  # type: ignore[union-attr]
         asg.node.add_dependency(self.release_parameter)  # updated before the rolling update starts
-        if fleet.spot:
+        if spot:
             acknowledge(
                 asg,
                 "AwsSolutions-EC26",
@@ -211,9 +218,10 @@ class ServingFleet(Construct):
             ),
             # Scale-in, rolling updates, capacity rebalancing and a return to the warm pool all pass this hook: the
             # hop sees autoscaling/target-lifecycle-state change in IMDS, answers new requests 503 + Retry-After,
-            # records a heartbeat while its streams run and completes CONTINUE when they are done or at
-            # fleet.drain_deadline_s. The ALB deregisters the instance first (deregistration delay: the backstop); a
-            # terminating instance waits in Terminating:Wait, one going back to the warm pool in Warmed:Pending:Wait
+            # records a heartbeat while its streams run and completes CONTINUE when they are done or at the drain
+            # deadline (InstanceSpec.drain_deadline_s). The ALB deregisters the instance first (deregistration delay:
+            # the backstop); a terminating instance waits in Terminating:Wait, one going back to the warm pool in
+            # Warmed:Pending:Wait
             # (EC2 Auto Scaling User Guide, "How lifecycle hooks work" and "Use lifecycle hooks with a warm pool",
             # docs.amazonaws.cn).
             autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(

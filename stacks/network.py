@@ -9,6 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gguf_serve.catalog.fleet import NetworkSettings
 from stacks.errors import PropsError
 
 _INTERFACE_ENDPOINTS = {
@@ -26,13 +27,10 @@ _INTERFACE_ENDPOINTS = {
 class ServingNetwork(Construct):
     """Public subnets hold only the NAT gateway; instances and the internal ALB live in private subnets."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, cidr: str, max_azs: int, nat_gateways: int) -> None:
-        """
-        cidr: the VPC's IPv4 range (fleet.vpc_cidr), a /16 to /24 (catalog limits); default profiles use a /16.
-        max_azs: zones to spread over (fleet.max_azs), 1-6.
-        nat_gateways: NAT gateways for the model download at boot (fleet.nat_gateways), 0 to max_azs.
-        """
-        _check_props(cidr, max_azs, nat_gateways)
+    def __init__(self, scope: Construct, construct_id: str, *, settings: NetworkSettings) -> None:
+        """settings: the VPC's range, zones and NAT gateways (a profile's [fleet] vpc_cidr, max_azs, nat_gateways)."""
+        cidr = settings.vpc_cidr
+        _check_props(cidr, settings.max_azs, settings.nat_gateways)
         super().__init__(scope, construct_id)
         flow_log_group = logs.LogGroup(
             self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
@@ -41,8 +39,8 @@ class ServingNetwork(Construct):
             self,
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(cidr),
-            max_azs=max_azs,
-            nat_gateways=nat_gateways,
+            max_azs=settings.max_azs,
+            nat_gateways=settings.nat_gateways,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
                 ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20),

@@ -26,7 +26,7 @@ from gguf_serve.catalog import limits, model_facts
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.catalog.hardware import Architecture, Hardware
-from gguf_serve.catalog.images import IMAGE_TARGETS
+from gguf_serve.catalog.images import IMAGE_TARGETS, ImageTarget
 from gguf_serve.catalog.lockfile import LockedModel, read_lock
 from gguf_serve.catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
 from gguf_serve.catalog.models import ModelArtifact
@@ -50,6 +50,7 @@ class Catalog:
         default_factory=dict
     )  # profiles/workstation/*.toml; never stacks
     unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
+    unlocked_frames: dict[str, ProfileFrame] = field(default_factory=dict)  # skip_unlocked: stack -> its frame
 
     def profile_by_stack(self, stack_name: str) -> ServingProfile:
         for p in self.profiles.values():
@@ -71,10 +72,14 @@ def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None, sk
     profiles = {}
     stacks: dict[str, Path] = {}
     unlocked: dict[str, str] = {}
+    frames: dict[str, ProfileFrame] = {}
     declared_models = _toml(root / "models.toml")
     for path in sorted((root / "serving").glob("*.toml")):
         if skip_unlocked and (model := _unlocked_model(path, declared_models, models)):
             unlocked[str(path)] = model
+            frame = load_frame(path, hardware=hardware)
+            if frame.stack_name:
+                frames[frame.stack_name] = frame
             continue
         p = load_profile(path, hardware=hardware, models=models)
         if p.stack_name and p.stack_name in stacks:
@@ -87,7 +92,7 @@ def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None, sk
         for path in sorted((root / "workstation").glob("*.toml"))
         if not (skip_unlocked and _unlocked_model(path, declared_models, models))
     }
-    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked)
+    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked, frames)
 
 
 def _unlocked_model(path: Path, declared: dict[str, Any], models: dict[str, ModelArtifact]) -> str:
@@ -241,9 +246,20 @@ def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> d
 _PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "server", "fleet"}
 
 
-def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
+@dataclass(frozen=True)
+class ProfileFrame:
+    """A serving profile file without its model: what its stack asks of an account, known before the model is
+    locked (the pre-flight plans an unlocked stack from it)."""
+
+    name: str
+    stack_name: str
+    hardware: Hardware
+    image: ImageTarget
+    fleet: FleetSettings
+
+
+def load_frame(path: Path, *, hardware: dict[str, Hardware]) -> ProfileFrame:
     doc = _toml(path)
-    name = path.stem
     where = f"{path}"
     _only(doc, _PROFILE_KEYS, where)
     for key in ("instance_type", "model", "image"):
@@ -253,12 +269,20 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
     if not isinstance(stack, str) or (stack and not (stack.isascii() and stack.isalnum() and stack[0].isalpha())):
         raise ProfileError(f"{where}: stack must be a CloudFormation stack name of letters and digits, got {stack!r}")
     hw = _pick(hardware, doc["instance_type"], "instance type", f"{where}: instance_type", "profiles/hardware.toml")
+    image = _pick(IMAGE_TARGETS, doc["image"], "image target", f"{where}: image", "gguf_serve/catalog/images.py")
+    fleet = load_fleet(doc.get("fleet", {}), f"{where}: fleet")
+    return ProfileFrame(name=path.stem, stack_name=stack, hardware=hw, image=image, fleet=fleet)
+
+
+def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
+    frame = load_frame(path, hardware=hardware)
+    doc = _toml(path)
+    where = f"{path}"
     if doc["model"] not in models:
         raise ProfileError(
             f"{where}: model {doc['model']!r} is not locked: declare it in profiles/models.toml and run "
             f"`gguf-serve-catalog lock {doc['model']}` (locked: {', '.join(sorted(models)) or 'none'})"
         )
-    image = _pick(IMAGE_TARGETS, doc["image"], "image target", f"{where}: image", "gguf_serve/catalog/images.py")
     server_doc = dict(_table(doc.get("server", {}), f"{where}: server"))
     spec = server_doc.pop("speculative", None)
     if spec is not None:
@@ -266,42 +290,59 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
                                            f"{where}: server.speculative")  # fmt: skip
     if server_doc.get("gpu_layers") == "all":
         server_doc["gpu_layers"] = ALL_LAYERS
-    fleet_doc = dict(_table(doc.get("fleet", {}), f"{where}: fleet"))
-    for key in ("allowed_cidrs", "off_hours"):
-        if isinstance(fleet_doc.get(key), list):
-            fleet_doc[key] = tuple(fleet_doc[key])
-    fleet = _build(FleetSettings, fleet_doc, f"{where}: fleet")
-    _check_fleet(fleet, f"{where}: fleet")
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
     return ServingProfile(
-        name=name,
-        stack_name=stack,
-        hardware=hw,
+        name=frame.name,
+        stack_name=frame.stack_name,
+        hardware=frame.hardware,
         model=models[doc["model"]],
         server=_build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"}),
-        image=image,
-        fleet=fleet,
+        image=frame.image,
+        fleet=frame.fleet,
         description=description,
     )
 
 
+# [fleet] keys that are deploy options: synth always took deploy.toml or -c for them, never the profile's value.
+_DEPLOY_OPTION_KEYS = {"spot": "spot", "off_hours": "offHours", "allowed_cidrs": "allowedCidrs",
+                       "wake_on_request": "wakeOnRequest"}  # fmt: skip
+
+
+def load_fleet(value: Any, where: str) -> FleetSettings:
+    """A profile's flat [fleet] table -> FleetSettings, each key checked in the part that holds it."""
+    table = _table(value, where)
+    for key, option in _DEPLOY_OPTION_KEYS.items():
+        if key in table:
+            raise ProfileError(f"{where}.{key}: a deploy option, the same for every stack of a deploy; remove it "
+                               f"here and set {option} in deploy.toml (or -c {option}=...)")  # fmt: skip
+    parts = {name: {f.name for f in fields(part)} for name, part in FleetSettings.parts().items()}
+    _only(table, set().union(*parts.values()), where)
+    fleet = FleetSettings(**{
+        name: _build(FleetSettings.parts()[name], {k: v for k, v in table.items() if k in keys}, where)
+        for name, keys in parts.items()
+    })  # fmt: skip
+    _check_fleet(fleet, where)
+    return fleet
+
+
 def _check_fleet(f: FleetSettings, where: str) -> None:
     """Keys that bound each other; the message names the other key."""
+    c = f.capacity
     pairs = [
-        ("min_capacity", f.min_capacity, "max_capacity", f.max_capacity),
-        ("warm_pool_size", f.warm_pool_size, "max_capacity", f.max_capacity),
-        ("nat_gateways", f.nat_gateways, "max_azs", f.max_azs),
+        ("min_capacity", c.min_capacity, "max_capacity", c.max_capacity),
+        ("warm_pool_size", c.warm_pool_size, "max_capacity", c.max_capacity),
+        ("nat_gateways", f.network.nat_gateways, "max_azs", f.network.max_azs),
     ]
-    if f.desired_capacity is not None:
-        pairs.append(("desired_capacity", f.desired_capacity, "max_capacity", f.max_capacity))
+    if c.desired_capacity is not None:
+        pairs.append(("desired_capacity", c.desired_capacity, "max_capacity", c.max_capacity))
     for key, value, other, bound in pairs:
         if value > bound:
             raise ProfileError(f"{where}.{key}: {value} is more than {other} ({bound}); allowed: 0 to {other}")
-    if f.desired_capacity is not None and f.desired_capacity < f.min_capacity:
-        raise ProfileError(f"{where}.desired_capacity: {f.desired_capacity} is less than min_capacity "
-                           f"({f.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
+    if c.desired_capacity is not None and c.desired_capacity < c.min_capacity:
+        raise ProfileError(f"{where}.desired_capacity: {c.desired_capacity} is less than min_capacity "
+                           f"({c.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
 
 
 _WORKSTATION_PROFILE_KEYS = {"workstation", "model", "image", "description", "host_memory_gib", "server"}

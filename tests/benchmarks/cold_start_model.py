@@ -82,7 +82,7 @@ class ColdStart:
 def model(p: ServingProfile) -> ColdStart:
     io = INSTANCES[p.hardware.instance_type]
     size = p.model.size_bytes
-    gp3 = p.fleet.volume_throughput_mibps * MIB
+    gp3 = p.fleet.volume.volume_throughput_mibps * MIB
     disk = min(gp3, io.ebs_bps)
     bound = "gp3 throughput" if gp3 <= io.ebs_bps else "instance EBS bandwidth"
     ms = min(a("modelscope_stream_bps") * a("modelscope_streams"), io.network_bps, disk)

@@ -14,12 +14,15 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from stacks.app import apply_options, build_app
+from stacks.app import build_app
 from stacks.image_build import default_sources_dir
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
+from stacks.plan import plan_service
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import CERT, DOCUMENTED, IAM_CERT, STACK_NAMES, SYNTHESIZED
+
+ZONES = ("cn-northwest-1a", "cn-northwest-1b")
 
 
 def _cli_env(tmp_path: Path) -> dict[str, str]:
@@ -93,20 +96,30 @@ def test_each_documented_set_parses_to_its_options(name, tmp_path):
 
 
 @pytest.mark.parametrize("stack", STACK_NAMES)
-def test_apply_options_puts_the_options_onto_the_fleet_spot_on_cpu_only_and_without_a_warm_pool(stack):
+def test_the_plan_applies_the_options_spot_on_cpu_only_and_without_a_warm_pool(stack):
     p = profile_by_stack(stack)
     cpu = not p.hardware.has_gpu
     options = DeployOptions(spot=True, warm_pool=3, off_hours=(20, 8), allowed_cidrs=("10.8.0.0/16",))
-    got = apply_options(p, options)
+    plan = plan_service(p, options, ZONES)
     # g5 Spot capacity in China is scarce: GPU stays on demand; PutWarmPool refuses a Spot group
-    expected = replace(
-        p.fleet, spot=cpu, warm_pool_size=0 if cpu else 3, off_hours=(20, 8), allowed_cidrs=("10.8.0.0/16",)
-    )
-    assert got.fleet == expected and replace(got, fleet=p.fleet) == p
-    assert apply_options(p, DeployOptions(warm_pool=0)).fleet.warm_pool_size == 0
-    assert apply_options(p, DeployOptions(min_capacity=0, wake_on_request=True)).fleet == replace(
-        p.fleet, min_capacity=0, wake_on_request=True
-    )
+    assert plan.spot is cpu and plan.capacity == replace(p.fleet.capacity, warm_pool_size=0 if cpu else 3)
+    assert plan.wake_s == p.wake_up_s(warm_pool=not cpu)  # a Spot group wakes from the S3 cache
+    assert plan.profile is p and plan.options is options and plan.sleeps  # the catalog's profile, untouched
+    assert plan_service(p, DeployOptions(warm_pool=0), ZONES).capacity.warm_pool_size == 0
+    woken = plan_service(p, DeployOptions(min_capacity=0, wake_on_request=True), ZONES)
+    assert woken.capacity == replace(p.fleet.capacity, min_capacity=0) and woken.sleeps and not woken.spot
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (DeployOptions(min_capacity=5), r"^minCapacity: 5 is more than IntelMoeStack's max_capacity \(4\); lower it"),
+        (DeployOptions(warm_pool=9), r"^warmPool: 9 is more than IntelMoeStack's max_capacity \(4\)"),
+    ],
+)
+def test_an_option_past_the_profiles_maximum_is_refused_with_what_to_change(options, says):
+    with pytest.raises(DeployOptionError, match=says):
+        plan_service(profile_by_stack("IntelMoeStack"), options, ZONES)
 
 
 def _build_env(doc: dict) -> dict:
@@ -129,7 +142,7 @@ def test_the_options_build_app_passes_on_reach_every_stack(synthesized):
         assert [r["CidrIp"] for r in alb_sg["Properties"]["SecurityGroupIngress"]] == ["10.8.0.0/16"]
         actions = _resources(locked, "AWS::AutoScaling::ScheduledAction").values()
         schedule = {a["Properties"]["Recurrence"]: a["Properties"] for a in actions}
-        assert schedule["0 8 * * MON-FRI"]["MinSize"] == p.fleet.min_capacity  # back to the profile's minimum
+        assert schedule["0 8 * * MON-FRI"]["MinSize"] == p.fleet.capacity.min_capacity  # back to the profile's minimum
         env = _build_env(_template(synthesized["build-args"], stack))["EnvironmentVariables"]
         assert {e["Name"]: e["Value"] for e in env}["BUILD_ARGS"] == DOCUMENTED["build-args"]["imageBuildArgs"]
         native = _build_env(_template(synthesized["native-arm64-builder"], stack))["Image"]
@@ -172,8 +185,9 @@ def test_committed_deploy_toml_is_valid_and_keeps_the_catalog_defaults():
     assert options.region == "cn-northwest-1" and options.account is None
     assert (options.spot, options.off_hours, options.allowed_cidrs, options.certificate_arn) == (False, None, (), None)
     assert options.warm_pool is None and options.min_capacity is None  # the profile's own warm pool and minimum
-    for profile in PROFILES.values():
-        assert apply_options(profile, options) == profile  # so the templates are the catalog's (the snapshots)
+    for profile in PROFILES.values():  # so the templates are the catalog's (the snapshots)
+        plan = plan_service(profile, options, ZONES)
+        assert plan.capacity == profile.fleet.capacity and not plan.spot and not plan.sleeps
 
 
 def test_options_in_deploy_toml_persist_and_c_overrides_one_run(tmp_path):

@@ -25,7 +25,7 @@ def test_root_volume_holds_the_ami_snapshot_the_model_and_the_image(templates, s
     size = mapping["Ebs"]["VolumeSize"]
     assert size == p.root_volume_gib
     # EC2 refuses a root volume smaller than the AMI's snapshot; what is left must hold the model and the image.
-    assert size - p.hardware.ami_root_snapshot_gib >= p.model.size_bytes / 1024**3 + p.fleet.image_pull_gib * 3
+    assert size - p.hardware.ami_root_snapshot_gib >= p.model.size_bytes / 1024**3 + p.fleet.boot.image_pull_gib * 3
 
 
 def test_gpu_volume_fits_the_deep_learning_ami():
@@ -48,7 +48,7 @@ def test_every_wait_covers_the_whole_first_boot(templates, stack):
 
 
 def test_a_boot_longer_than_a_hook_can_wait_is_refused():
-    slow = replace(PROFILES["graviton-moe"].fleet, planning_download_mib_s=2.0)
+    slow = PROFILES["graviton-moe"].fleet.changed(planning_download_mib_s=2.0)
     with pytest.raises(ProfileError, match=r"more than a launch lifecycle hook can wait \(7200 s\)"):
         replace(PROFILES["graviton-moe"], fleet=slow)
 

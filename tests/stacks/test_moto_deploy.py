@@ -173,7 +173,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
         name = group["AutoScalingGroupName"]
         assert name.startswith(f"{stack}-ServingGroup-")  # the pattern the instance role may complete hooks on
-        assert len(group["Instances"]) == profile.fleet.min_capacity
+        assert len(group["Instances"]) == profile.fleet.capacity.min_capacity
         assert group["HealthCheckType"] == "ELB"
 
         elbv2 = boto3.client("elbv2", region_name=REGION)
@@ -192,7 +192,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         hooks = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=name)["LifecycleHooks"]
         assert sorted(h["LifecycleHookName"] for h in hooks) == sorted([DRAIN_HOOK, READY_HOOK])
         pool = autoscaling.describe_warm_pool(AutoScalingGroupName=name)["WarmPoolConfiguration"]
-        assert pool["PoolState"] == "Stopped" and pool["MinSize"] == profile.fleet.warm_pool_size
+        assert pool["PoolState"] == "Stopped" and pool["MinSize"] == profile.fleet.capacity.warm_pool_size
 
         policies = {
             p["PolicyARN"]: p for p in autoscaling.describe_policies(AutoScalingGroupName=name)["ScalingPolicies"]
@@ -212,7 +212,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
             (action,) = alarm["AlarmActions"]
             assert policies[action]["PolicyType"] == "StepScaling"
         backlog = [a for a in alarms if a.get("MetricName") == "RequestsDeferred" and not a["AlarmActions"]]
-        assert backlog and backlog[0]["Threshold"] == profile.fleet.deferred_alarm
+        assert backlog and backlog[0]["Threshold"] == profile.fleet.alarms.deferred_alarm
         rate = [a for a in alarms if a.get("Metrics")]
         assert rate and "errors / requests" in json.dumps(rate[0]["Metrics"])
 

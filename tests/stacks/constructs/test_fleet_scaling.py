@@ -3,8 +3,6 @@ alarm and its ExactCapacity step, and the refusal when the wake has no ALB metri
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_autoscaling as autoscaling
@@ -25,15 +23,20 @@ ELB_503 = cloudwatch.Metric(
 )
 
 
-def _scaled(stack: cdk.Stack, with_503: bool = True, **fleet_changes) -> Template:
+def _scaled(
+    stack: cdk.Stack, with_503: bool = True, off_hours=None, wake_on_request: bool = False, **fleet_changes
+) -> Template:
+    """FleetScaling as ServingStack builds it: the profile's [fleet] parts (changed by `fleet_changes`, keys as a
+    profile file names them) and the two deploy options it reads."""
+    fleet = FLEET.changed(**fleet_changes)
     vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0)
     asg = autoscaling.AutoScalingGroup(
         stack, "Group", vpc=vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
         instance_type=ec2.InstanceType("c8i.4xlarge"), machine_image=ec2.MachineImage.latest_amazon_linux2023(),
     )  # fmt: skip
     FleetScaling(
-        stack, "Scaling", fleet=replace(FLEET, **fleet_changes), asg=asg,
-        no_target_503=ELB_503 if with_503 else None,
+        stack, "Scaling", capacity=fleet.capacity, settings=fleet.scaling, warmup_s=fleet.boot.model_load_s,
+        off_hours=off_hours, wake_on_request=wake_on_request, asg=asg, no_target_503=ELB_503 if with_503 else None,
     )  # fmt: skip
     return Template.from_stack(stack)
 
@@ -59,7 +62,7 @@ def test_off_hours_with_wake_bring_the_group_to_zero_and_a_refused_request_sets_
     t = _scaled(stack, off_hours=(20, 8), wake_on_request=True)
     t.has_resource_properties(
         "AWS::AutoScaling::ScheduledAction",
-        {"Recurrence": "0 20 * * MON-FRI", "MinSize": 0, "MaxSize": FLEET.max_capacity, "DesiredCapacity": 0},
+        {"Recurrence": "0 20 * * MON-FRI", "MinSize": 0, "MaxSize": FLEET.capacity.max_capacity, "DesiredCapacity": 0},
     )
     t.has_resource_properties(
         "AWS::AutoScaling::ScalingPolicy",

@@ -14,7 +14,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # configure flags, so a cache carried to another CPU is rebuilt, never run into SIGILL or SIGSEGV.
 cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF)
-cflags=$("$python" "$root/gguf_serve/container/launch/cpu.py" build-flags 2>/dev/null)
+why=$(mktemp)
+cflags=$("$python" "$root/gguf_serve/container/launch/cpu.py" build-flags 2>"$why")
+cpu_line=$(tail -n 1 "$why")
+rm -f "$why"
 compiler=$(c++ --version 2>/dev/null | head -n 1 || echo none)
 tag=$("$python" "$root/gguf_serve/container/launch/cpu.py" cache-tag "$sha256 ${cmake_flags[*]} $cflags $compiler")
 dest="$cache_root/llama-server-$version-$(uname -m)-$tag"
@@ -37,24 +40,38 @@ fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-echo "building llama-server from llama-cpp-python==$version (first run only, 5-10 min on 2 cores)" >&2
-"$python" "$root/gguf_serve/container/launch/cpu.py" describe >&2
+# One line per stage on stderr; every tool's own output goes to one log, named when a stage fails.
+log="$cache_root/llama-server-build.log"
+: >"$log"
+stage() { echo "llama-server build: $1" >&2; }
+failed() {
+  echo "llama-server build: $1 failed; the last lines of $log:" >&2
+  tail -n 25 "$log" >&2
+  exit 1
+}
+stage "building from llama-cpp-python==$version (first run only, 5-10 min on 2 cores; output in $log)"
+stage "$cpu_line"
 sdist="$work/llama_cpp_python-$version.tar.gz"
 staged="$cache_root/image-sources/llama_cpp_python-$version.tar.gz" # `make image-sources` may have it already
 if echo "$sha256  $staged" | sha256sum -c --quiet - >/dev/null 2>&1; then
   cp "$staged" "$sdist"
 else
-  "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
+  stage "downloading the sdist"
+  "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >>"$log" 2>&1 ||
+    failed "the sdist download"
 fi
-echo "$sha256  $sdist" | sha256sum -c --quiet - >&2 || { echo "sha256 of $sdist is not $sha256" >&2; exit 1; }
+echo "$sha256  $sdist" | sha256sum -c --quiet - >>"$log" 2>&1 || { echo "sha256 of $sdist is not $sha256" >&2; exit 1; }
 tar -xzf "$sdist" -C "$work"
 src="$work/llama_cpp_python-$version/vendor/llama.cpp"
-cmake -S "$src" -B "$work/build" "${cmake_flags[@]}" -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cflags" >&2
+stage "configuring"
+cmake -S "$src" -B "$work/build" "${cmake_flags[@]}" -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cflags" >>"$log" 2>&1 ||
+  failed "configure"
 if [[ "${LLAMA_SERVER_CONFIGURE_ONLY:-}" == 1 ]]; then # the fresh-cache test tier: every step but the compile
   echo "$dest"
   exit 0
 fi
-cmake --build "$work/build" --target llama-server -j "$(nproc)" >&2
+stage "compiling ($(nproc) jobs)"
+cmake --build "$work/build" --target llama-server -j "$(nproc)" >>"$log" 2>&1 || failed "the compile"
 rm -rf "$dest.tmp"
 mkdir -p "$dest.tmp/bin"
 cp "$work/build/bin/llama-server" "$dest.tmp/bin/"
@@ -62,5 +79,5 @@ printf 'llama-cpp-python %s (sha256 %s)\ncmake %s\ncflags %s\ncompiler %s\n' \
   "$version" "$sha256" "${cmake_flags[*]}" "$cflags" "$compiler" >"$dest.tmp/BUILD-INFO"
 rm -rf "$dest"
 mv "$dest.tmp" "$dest"
-"$binary" --version >&2
+stage "done: $("$binary" --version 2>&1 | head -n 1)"
 echo "$binary"

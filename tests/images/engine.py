@@ -14,10 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from gguf_serve.local.cache import cache_root
 from tests.apt import apt_install
 
 DOCKER = "/usr/bin/docker"  # Debian's client, which speaks to Debian's engine (another may be first on PATH)
-CACHE = Path(os.environ.get("LLAMA_SERVER_CACHE") or Path.home() / ".cache" / "gguf-serve")
+CACHE = cache_root()
 
 
 def docker(*args: str, check: bool = True, timeout: float = 600, text: bool = True) -> subprocess.CompletedProcess:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.apt import apt_install
 from tests.images.engine import CACHE, docker, engine_env
 
 FILES = Path(__file__).parent / "files"
@@ -28,6 +30,8 @@ def instance_image() -> str:
     old = docker("images", "--format", "{{.Repository}}:{{.Tag}}", REPOSITORY).stdout.split()
     if old:  # an earlier recipe's image; containers of a running rehearsal keep theirs
         docker("rmi", *old, check=False)
+    if not shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin"):  # the tier installs what it needs
+        apt_install("debootstrap")
     log = STATE / "build-instance.log"
     with log.open("w") as out:
         subprocess.run(

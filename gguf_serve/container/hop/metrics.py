@@ -37,6 +37,9 @@ class RequestRecord:
     timings: dict[str, Any] | None = None
     finished: float | None = None
     client_closed: bool = False
+    # The stream's last event ([DONE]) reached the client: a client that leaves now had the whole answer (the OpenAI
+    # SDK closes its connection at [DONE], before the chunked body's end arrives).
+    answered: bool = False
 
     def token(self, at: float) -> None:
         if self.first_token is None:
@@ -60,6 +63,7 @@ class SseTokenScanner:
         self._pending: list[bytes] = []
         self._pending_len = 0
         self._overflow = False
+        self.done = False  # the final event, `data: [DONE]`, went past
 
     def feed(self, data: bytes, at: float) -> None:
         start = 0
@@ -80,6 +84,9 @@ class SseTokenScanner:
 
     def _event(self, payload: bytes, at: float) -> None:
         # Byte checks; only the final event (timings) is parsed: the hop shares the CPU with llama-server.
+        if payload == b"[DONE]":
+            self.done = True
+            return
         if carries_text(payload):
             self.record.token(at)
         if b'"timings"' in payload:

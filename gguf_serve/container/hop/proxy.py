@@ -595,7 +595,7 @@ class _Exchange:
         try:
             await self._relay(reader, body)
         except _ClientGone as e:
-            if self.record is not None:
+            if self.record is not None and not self.record.answered:
                 self.record.client_closed = True
             log.debug("client left during the answer: %s", e)
         except (OSError, TimeoutError, h11.RemoteProtocolError) as e:
@@ -698,6 +698,8 @@ class _Exchange:
                 elif kept is not None and len(kept) + len(event.data) <= MAX_KEPT_BODY:
                     kept += event.data
                 await conn._send(h11.Data(data=event.data))
+                if scanner is not None and scanner.done and record is not None:
+                    record.answered = True
             elif isinstance(event, h11.EndOfMessage):
                 if record is not None:
                     record.finished = time.monotonic()

@@ -13,6 +13,7 @@ from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, Catalog, load_catalog
 from gguf_serve.catalog.profiles import ServingProfile
 from gguf_serve.container.names import SERVER_PORT
+from gguf_serve.local.process import port_taken
 from gguf_serve.local.workstation import compose, native
 from gguf_serve.local.workstation.plan import card_table, profile_lines
 from gguf_serve.local.workstation.prepare import Workdir, WorkstationError, check_card, fetch, write_config
@@ -52,6 +53,13 @@ def up(args: argparse.Namespace) -> int:
         check_card(profile)
     if args.native:
         server_port = args.server_port or args.port + 1
+        ports = {"--port (the hop)": args.port, "--server-port (llama-server; default --port + 1)": server_port,
+                 "--prometheus-port": args.prometheus_port}  # fmt: skip
+        if len(set(ports.values())) < len(ports):
+            raise WorkstationError(f"the hop, llama-server and Prometheus need three different ports: {ports}")
+        for option, port in ports.items():
+            if port_taken(port):
+                raise WorkstationError(f"127.0.0.1:{port} is in use: choose another {option}")
         profile = profile.with_server(host="127.0.0.1", port=server_port)
     else:
         profile = profile.with_server(host="0.0.0.0", port=SERVER_PORT)  # noqa: S104 - inside the container

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_serve.catalog.profiles import ServingProfile
-from gguf_serve.container.names import API_KEY_ENV, LOCAL_CACHE, RUNTIME_SPEC_PATH
+from gguf_serve.container.names import API_KEY_ENV, RUNTIME_SPEC_PATH
+from gguf_serve.local.cache import cache_root
 from gguf_serve.local.process import PACKAGE_ROOT
 
 SPEC_NAME = Path(RUNTIME_SPEC_PATH).name  # runtime.json: mounted at names.CONFIG_DIR in the server container
@@ -27,8 +28,7 @@ class Workdir:
 
     @classmethod
     def default(cls, profile: str) -> Workdir:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        return cls(cache / LOCAL_CACHE / "workstation" / profile)
+        return cls(cache_root() / "workstation" / profile)
 
     @property
     def config(self) -> Path:

@@ -65,6 +65,7 @@ class Upstream(ThreadingHTTPServer):
         self.seen: list[dict] = []
         self.gate = threading.Event()  # the stream's second half waits for this
         self.pause_s = 0.0
+        self.tail_pause_s = 0.0  # after `data: [DONE]`, before the chunked body's end
         self.stream_closed = threading.Event()
         self.held = threading.Event()
         self.hold_closed = threading.Event()
@@ -145,6 +146,8 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             for p in [*later, *end]:
                 self._chunk(p)
                 time.sleep(0.02)
+            self.wfile.flush()
+            time.sleep(self.server.tail_pause_s)
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             self.server.stream_closed.set()

@@ -40,11 +40,11 @@ def _sdist(work: Path) -> Path:
     """The pinned llama-cpp-python sdist: the staged copy when there is one, else pip's, sha256-checked."""
     import hashlib
 
-    from gguf_serve.local.demo import cache_dir
+    from gguf_serve.local.cache import cache_root
 
     version, sha256 = _pin()
     name = f"llama_cpp_python-{version}.tar.gz"
-    for candidate in (cache_dir() / "image-sources" / name, work / name):
+    for candidate in (cache_root() / "image-sources" / name, work / name):
         if candidate.is_file() and hashlib.sha256(candidate.read_bytes()).hexdigest() == sha256:
             return candidate
     subprocess.run(

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from gguf_serve.local.process import PACKAGE_ROOT
+from gguf_serve.local.process import PACKAGE_ROOT, free_ports
 
 
 def run(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
@@ -40,3 +40,21 @@ def test_up_refuses_in_one_line():
     assert "rtx4090-mtp" in unknown.stderr
     cpu = run("up", "rtx4090-mtp", "--cpu")
     assert cpu.returncode == 1 and "--cpu runs llama-server on this machine's CPU: it needs --native" in cpu.stderr
+
+
+def test_up_native_refuses_a_taken_port_before_starting_anything(tmp_path):
+    import socket
+
+    port, prom_port = free_ports(2)
+    with socket.socket() as taken:  # llama-server's default port, --port + 1, already held by something else
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            taken.bind(("127.0.0.1", port + 1))
+        except OSError:
+            taken.close()  # held already: that is the case under test too
+        out = run("up", "rtx4090-mtp", "--native", "--cpu", "--skip-fetch", "--work-dir", str(tmp_path / "w"),
+                  "--port", str(port), "--prometheus-port", str(prom_port))  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.strip() == f"workstation: 127.0.0.1:{port + 1} is in use: choose another --server-port " \
+        "(llama-server; default --port + 1)"  # fmt: skip
+    assert not (tmp_path / "w").exists()  # refused before any file was written

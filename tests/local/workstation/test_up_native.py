@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gguf_serve.local.hub.server import LocalScope
-from gguf_serve.local.process import PACKAGE_ROOT, free_port
+from gguf_serve.local.process import PACKAGE_ROOT, free_ports
 from tests.local.observability.conftest import prometheus_bin  # noqa: F401 - the fixture
 from tests.local.observability.test_stack import Prometheus, _wait
 
@@ -51,7 +51,8 @@ def test_one_command_brings_up_server_hop_and_prometheus(tmp_path: Path, llama_s
     with (profiles / "hardware.toml").open("a") as f:
         f.write(CARD)
     (profiles / "workstation" / "gemma-test.toml").write_text(PROFILE)
-    port, prom_port, work = free_port(), free_port(), tmp_path / "work"
+    port, server_port, prom_port = free_ports(3)  # distinct and free: the default --port + 1 may be taken
+    work = tmp_path / "work"
     started = time.monotonic()
     with LocalScope() as hub:
         hub.add_file("local/gemma-3-270m-GGUF", "gemma-3-270m-q4_k_m.gguf", gemma_gguf)
@@ -59,6 +60,7 @@ def test_one_command_brings_up_server_hop_and_prometheus(tmp_path: Path, llama_s
             [sys.executable, "-m", "gguf_serve.local.workstation", "--profiles", str(profiles), "up", "gemma-test",
              "--native", "--cpu",
              "--endpoint", hub.url, "--work-dir", str(work), "--port", str(port), "--prometheus-port", str(prom_port),
+             "--server-port", str(server_port),
              "--llama-server", str(llama_server_binary), "--prometheus", str(prometheus_bin["prometheus"]),
              "--scrape-interval", "1", "--health-timeout", "120"],
             cwd=PACKAGE_ROOT, env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},

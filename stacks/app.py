@@ -108,11 +108,13 @@ def build_app(
     stack_names: list[str] | None = None,
     plan: AppPlan | None = None,
     annotate_refusals: bool = True,
+    outdir: str | None = None,
 ) -> cdk.App:
     """The app, from `plan` or from the plan of its context. A refused stack is still built and carries its refusal
     as an error annotation, which the CLI reports when that stack is selected; `annotate_refusals=False` leaves it
-    off (the pre-flight reports refusals itself and checks what a refused stack needs of the account too)."""
-    app = cdk.App(context=context) if context is not None else cdk.App()
+    off (the pre-flight reports refusals itself and checks what a refused stack needs of the account too).
+    `outdir`: where synth writes the cloud assembly (default: the CLI's, or a temporary folder)."""
+    app = cdk.App(context=context, outdir=outdir) if context is not None else cdk.App(outdir=outdir)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     if plan is None:
         known = (*OPTION_NAMES, "pinned-availability-zones", MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT)

@@ -20,7 +20,7 @@ from gguf_serve.container.metrics import names
 from gguf_serve.container.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
 from stacks.errors import PropsError
 from stacks.model_cache import ModelCache
-from stacks.nag import acknowledge, arn_of
+from stacks.nag import account_in_finding, acknowledge, arn_of
 from userdata.render import BootSettings, DeploySettings, InstanceSpec, release_id, render_user_data
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
@@ -300,8 +300,8 @@ class ServingFleet(Construct):
             findings=[
                 f"Resource::{arn_of(cache.bucket)}/{cache.prefix}*",
                 "Resource::*",
-                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:<AWS::AccountId>:autoScalingGroup:*:"
-                f"autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
+                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:{account_in_finding(stack)}:"
+                f"autoScalingGroup:*:autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
             ],
         )
 

@@ -45,7 +45,7 @@ from gguf_serve.catalog.images import (
 from stacks.errors import PropsError
 from stacks.image_checks import ECR_IMAGE, check_build_args, check_debian_mirror
 from stacks.image_inputs import CONTEXT_EXCLUDE, IMAGE_CODE, ROOT, app_files, app_key, base_key
-from stacks.nag import acknowledge, arn_of
+from stacks.nag import account_in_finding, acknowledge, arn_of
 from stacks.staged_sources import check_staged_sources, default_sources_dir, pinned_sources
 
 # The image's inputs, for the scripts and image tests that read them from here (scripts/gpu-check.sh, tests/images).
@@ -233,7 +233,7 @@ class ImageBuild(Construct):
         )
         stack = Stack.of(self)
         project_id = stack.get_logical_id(project.node.default_child)  # type: ignore[arg-type]
-        region = stack.region
+        region, account = stack.region, account_in_finding(stack)
         acknowledge(
             project,
             "AwsSolutions-IAM5",
@@ -246,9 +246,8 @@ class ImageBuild(Construct):
                 "Action::kms:GenerateDataKey*",
                 "Action::kms:ReEncrypt*",
                 "Resource::*",
-                f"Resource::arn:{stack.partition}:logs:{region}:<AWS::AccountId>:log-group:/aws/codebuild/"
-                f"<{project_id}>:*",
-                f"Resource::arn:{stack.partition}:codebuild:{region}:<AWS::AccountId>:report-group/<{project_id}>-*",
+                f"Resource::arn:{stack.partition}:logs:{region}:{account}:log-group:/aws/codebuild/<{project_id}>:*",
+                f"Resource::arn:{stack.partition}:codebuild:{region}:{account}:report-group/<{project_id}>-*",
             ],
         )
 

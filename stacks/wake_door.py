@@ -31,7 +31,7 @@ from constructs import Construct
 
 from gguf_serve.container.names import PRODUCT
 from stacks.errors import PropsError
-from stacks.nag import acknowledge
+from stacks.nag import account_in_finding, acknowledge
 
 HANDLER = Path(__file__).parent / "handlers" / "wake_door.py"
 WOKEN_TAG = f"{PRODUCT}:woken-at"
@@ -160,8 +160,8 @@ class WakeDoor(Construct):
             "have no resource-level permissions.",
             findings=[
                 "Resource::*",
-                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:<AWS::AccountId>:autoScalingGroup:*:"
-                f"autoScalingGroupName/<{group_id}>",
+                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:{account_in_finding(stack)}:"
+                f"autoScalingGroup:*:autoScalingGroupName/<{group_id}>",
             ],
         )
         acknowledge(

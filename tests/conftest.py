@@ -49,6 +49,14 @@ def _pinned_lock() -> Path:
     return stand_in_lock(Path(tempfile.mkdtemp(prefix="model-lock-")))
 
 
+@pytest.fixture(scope="session")
+def whole_apps(tmp_path_factory: pytest.TempPathFactory):
+    """The fast tier's three whole-app option sets (tests/whole_app.py), each synthesized once per session."""
+    from tests.whole_app import WholeApps, shared_folder
+
+    return WholeApps(shared_folder(tmp_path_factory))
+
+
 SMALL_REPO = "test/small-GGUF"
 SMALL_FILE = "small.bin"
 

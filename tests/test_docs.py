@@ -34,9 +34,7 @@ def _prose(page: Path) -> str:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_repository_path_a_page_names_exists(page: Path) -> None:
-    missing = sorted(
-        {p for p in PATH.findall(_prose(page)) if "*" not in p and not (ROOT / p.rstrip(".")).exists()}
-    )
+    missing = sorted({p for p in PATH.findall(_prose(page)) if "*" not in p and not (ROOT / p.rstrip(".")).exists()})
     assert missing == [], f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
 
 
@@ -48,9 +46,7 @@ def test_every_link_resolves(page: Path) -> None:
             continue
         file, _, anchor = target.partition("#")
         dest = (page.parent / file).resolve() if file else page
-        if not dest.exists():
-            broken.append(target)
-        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+        if not dest.exists() or anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
             broken.append(target)
     assert broken == [], f"{page.relative_to(ROOT)} links to what does not exist: {broken}"
 

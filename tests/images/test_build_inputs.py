@@ -37,6 +37,7 @@ from stacks.image_build import (
 from tests.committed import PROFILES
 from tests.conftest import ROOT, cdk_context
 from tests.images.buildspec import build_env, build_inputs
+from tests.whole_app import MIRROR_IMAGE, OPTION_SETS
 
 STACKS = [p.stack_name for p in PROFILES.values()]
 X86 = IMAGE_TARGETS["x86-64-cpu"]
@@ -152,10 +153,10 @@ def test_build_role_and_start_handler_can_see_which_tags_exist(image_assembly, s
         assert all("ImageRepository" in json.dumps(s["Resource"]) for s in statements)
 
 
-def test_a_base_image_in_another_ecr_repository_can_be_pulled():
-    mirror = "123456789012.dkr.ecr.cn-northwest-1.amazonaws.com.cn/mirror/qwen36-runtime:trixie"
-    app = build_app({**cdk_context(), "imageBuildArgs": f"RUNTIME_IMAGE={mirror}"})
-    template = Template.from_stack(app.node.find_child("IntelMoeStack")).to_json()
+def test_a_base_image_in_another_ecr_repository_can_be_pulled(whole_apps):
+    """-c imageBuildArgs=RUNTIME_IMAGE=<ECR mirror> (in the whole-app set that names build arguments)."""
+    assert f"RUNTIME_IMAGE={MIRROR_IMAGE}" in OPTION_SETS["ningxia-from-zero"]["imageBuildArgs"]
+    template = whole_apps["ningxia-from-zero"].template("IntelMoeStack")
     pulls = [s for s in _policies(template, "ImageProjectRole") if "ecr:BatchGetImage" in _actions(s)]
     text = json.dumps(pulls)
     assert "123456789012" in text and "repository/mirror/qwen36-runtime" in text
@@ -247,16 +248,19 @@ def test_every_wait_fits_inside_cloudformations_custom_resource_limit(image_asse
 )
 def test_bad_build_arguments_are_refused_at_synth_with_what_to_change(value, message):
     with pytest.raises(InputError, match=re.escape(message)):
-        build_app({**cdk_context(), "imageBuildArgs": value})
+        build_app({**cdk_context(), "imageBuildArgs": value}, stack_names=["IntelMoeStack"])
 
 
-def test_good_build_arguments_reach_the_build_intact():
-    value = "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple,LLAMA_CPP_BUILD=11312"
-    app = build_app({**cdk_context(), "imageBuildArgs": value})
-    template = Template.from_stack(app.node.find_child("IntelMoeStack")).to_json()
+def test_good_build_arguments_reach_the_build_intact(whole_apps):
+    assert OPTION_SETS["ningxia-from-zero"]["imageBuildArgs"] == (
+        f"PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple,LLAMA_CPP_BUILD=11312,RUNTIME_IMAGE={MIRROR_IMAGE}"
+    )
+    template = whole_apps["ningxia-from-zero"].template("IntelMoeStack")
     (project,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
     env = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
-    assert env["BUILD_ARGS"] == "LLAMA_CPP_BUILD=11312 PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"
+    assert env["BUILD_ARGS"] == (
+        f"LLAMA_CPP_BUILD=11312 PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple RUNTIME_IMAGE={MIRROR_IMAGE}"
+    )
 
 
 def test_build_script_refuses_a_pair_that_would_become_a_docker_option(tmp_path):
@@ -476,10 +480,10 @@ def test_a_mirror_reaches_the_build_and_leaves_the_tags_alone(staged_sources):
     )
 
 
-def test_the_debian_mirror_option_reaches_every_build_from_the_cli_context():
-    app = build_app({**cdk_context(), "debianMirror": "http://mirrors.ustc.edu.cn/debian"})
+def test_the_debian_mirror_option_reaches_every_build_from_the_cli_context(whole_apps):
+    assert OPTION_SETS["ningxia-from-zero"]["debianMirror"] == "http://mirrors.ustc.edu.cn/debian"
     for stack in ("IntelMoeStack", "GravitonMoeStack", "GpuMtpStack"):
-        env = _environment(Template.from_stack(app.node.find_child(stack)).to_json())
+        env = _environment(whole_apps["ningxia-from-zero"].template(stack))
         variables = {v["Name"]: v["Value"] for v in env["EnvironmentVariables"]}
         assert variables["DEBIAN_MIRROR"] == "http://mirrors.ustc.edu.cn/debian", stack
     with pytest.raises(InputError, match=r"debianMirror \(from -c\): 'mirror' is not a mirror URL"):

@@ -108,12 +108,13 @@ def test_vcpu_plan_counts_the_warm_pool_and_the_rolling_update(templates, stack)
         assert (plan["create"], plan["update"]) == (8, 12)  # g5.xlarge: 4 vCPUs each, not the 4 once quoted
 
 
-def test_readme_quota_table_matches_the_catalog():
-    readme = (ROOT / "README.md").read_text().split("### vCPU quotas", 1)[-1]
+def test_the_quota_table_matches_the_catalog():
+    _, section = (ROOT / "docs" / "deploying.md").read_text().split("## vCPU quotas", 1)
+    section = section.split("\n## ", 1)[0]
     for p in PROFILES.values():
         plan = p.vcpu_plan()
-        row = re.search(rf"^\| `{p.stack_name}` \|[^\n]*", readme, flags=re.M)
-        assert row, f"README has no quota row for {p.stack_name}"
+        row = re.search(rf"^\| `{p.stack_name}` \|[^\n]*", section, flags=re.M)
+        assert row, f"docs/deploying.md has no quota row for {p.stack_name}"
         cells = [c.strip() for c in row.group(0).strip("|").split("|")]
         assert cells[2:5] == [str(plan["create"]), str(plan["update"]), str(plan["scale_out"])], cells
 

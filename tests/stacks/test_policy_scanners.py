@@ -34,7 +34,7 @@ def _templates_dir(tmp_path: Path, files: list[Path]) -> Path:
     return tmp_path
 
 
-def test_checkov_finds_nothing_unreasoned_in_any_documented_deploy(tmp_path, template_files, synthesized):
+def test_checkov_finds_nothing_unreasoned_in_any_whole_app_option_set(tmp_path, template_files, synthesized):
     files = [*template_files.values(), *(f for stacks in synthesized.values() for f in stacks.values())]
     reports = _checkov(_templates_dir(tmp_path, files))
     failed = [(f["check_id"], f["resource"], f["file_path"]) for r in reports for f in r["results"]["failed_checks"]]
@@ -52,7 +52,7 @@ def test_every_skip_carries_a_reason(template_files):
 def test_checkov_is_real_without_the_reasons(tmp_path, synthesized):
     """Negative control: strip the accepted findings and checkov reports them, one kind per rule (the wake door's
     function exists only with wakeOnRequest)."""
-    doc = json.loads(synthesized["scale-from-zero"]["GravitonMoeStack"].read_text())
+    doc = json.loads(synthesized["ningxia-from-zero"]["GravitonMoeStack"].read_text())
     for res in doc["Resources"].values():
         res.get("Metadata", {}).pop("checkov", None)
     (tmp_path / "bare.template.json").write_text(json.dumps(doc))

@@ -28,6 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid} is in tiers {tiers}: a test belongs to one tier")
         if not tiers:
             item.add_marker(pytest.mark.fast)
+    # The few long tests (`slow`: CLI synths, the policy scanners) first, so that with -n 2 they run beside the
+    # many short ones instead of after them; otherwise the collection order (a stable sort).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def cdk_context() -> dict:
@@ -54,7 +57,7 @@ def whole_apps(tmp_path_factory: pytest.TempPathFactory):
     """The fast tier's three whole-app option sets (tests/whole_app.py), each synthesized once per session."""
     from tests.whole_app import WholeApps, shared_folder
 
-    return WholeApps(shared_folder(tmp_path_factory))
+    return WholeApps(shared_folder(tmp_path_factory), cdk_context)
 
 
 SMALL_REPO = "test/small-GGUF"

@@ -13,10 +13,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from stacks.app import build_app
 
 CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
 IAM_CERT = "arn:aws-cn:iam::111122223333:server-certificate/llama-internal"  # China's usual kind: ACM issues none
@@ -76,8 +79,10 @@ class Synthesized:
 class WholeApps:
     """OPTION_SETS, synthesized on first use in this session (by this worker or another), then read."""
 
-    def __init__(self, shared: Path) -> None:
+    def __init__(self, shared: Path, context: Callable[[], dict]) -> None:
+        """shared: the folder the workers share; context: the tests' CLI context (tests.conftest.cdk_context)."""
         self._shared = shared
+        self._context = context
         self._done: dict[str, Synthesized] = {}
 
     def __getitem__(self, name: str) -> Synthesized:
@@ -86,15 +91,12 @@ class WholeApps:
         return self._done[name]
 
     def _synthesize(self, name: str) -> Synthesized:
-        from stacks.app import build_app
-        from tests.conftest import cdk_context
-
         folder = self._shared / f"whole-app-{name}"
         self._shared.mkdir(parents=True, exist_ok=True)
         with open(self._shared / f"whole-app-{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when this worker dies
             if not (folder / ".synthesized").is_file():
-                context = {**cdk_context(), **OPTION_SETS[name]}
+                context = {**self._context(), **OPTION_SETS[name]}
                 config = self._shared / "absent-deploy.toml"  # no deploy.toml: the defaults, then OPTION_SETS
                 build_app(context, config_file=config, outdir=str(folder)).synth()  # raises on any cdk-nag finding
                 (folder / ".synthesized").touch()

@@ -39,6 +39,7 @@ def _cli_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_every_whole_app_option_set_synthesizes_cfn_lint_clean(synthesized):
     files = [str(f) for stacks in synthesized.values() for f in stacks.values()]
     lint = subprocess.run(
@@ -261,6 +262,7 @@ def _without_cli_metadata(doc: dict) -> dict:
     return doc
 
 
+@pytest.mark.slow  # the CLI: node, then the app in Python
 class TestTheRealCli:
     """`npx cdk ...` exactly as the README tells users to run it (pinned CLI, no credentials)."""
 

@@ -75,6 +75,7 @@ def test_cdk_nag_has_no_unacknowledged_findings_and_every_acknowledgement_has_a_
     ]
 
 
+@pytest.mark.slow
 def test_cfn_lint_cn_northwest_1_has_zero_findings(template_files):
     out = subprocess.run(
         [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--",

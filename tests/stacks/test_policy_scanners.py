@@ -34,6 +34,7 @@ def _templates_dir(tmp_path: Path, files: list[Path]) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_checkov_finds_nothing_unreasoned_in_any_whole_app_option_set(tmp_path, template_files, synthesized):
     files = [*template_files.values(), *(f for stacks in synthesized.values() for f in stacks.values())]
     reports = _checkov(_templates_dir(tmp_path, files))

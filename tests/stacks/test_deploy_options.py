@@ -262,7 +262,8 @@ def _without_cli_metadata(doc: dict) -> dict:
     return doc
 
 
-@pytest.mark.slow  # the CLI: node, then the app in Python
+@pytest.mark.cli
+@pytest.mark.slow  # each call starts node, then the app in a new Python with its own jsii
 class TestTheRealCli:
     """`npx cdk ...` exactly as the README tells users to run it (pinned CLI, no credentials)."""
 

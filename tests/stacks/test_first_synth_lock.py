@@ -137,6 +137,7 @@ def _cdk(tmp_path: Path, clone: Path, *args: str, hub: str) -> subprocess.Comple
                           text=True, timeout=300)  # fmt: skip
 
 
+@pytest.mark.cli
 @pytest.mark.slow  # four CLI synths of one or two stacks
 class TestTheRealCli:
     def test_a_clone_without_a_lock_locks_on_first_synth_and_goes_on(self, tmp_path: Path):

@@ -15,6 +15,8 @@ ENV PYTHONPATH=/opt/gguf-serve:/opt/gguf-serve/site PYTHONDONTWRITEBYTECODE=1 PY
 USER 10001:10001
 WORKDIR /opt/gguf-serve
 EXPOSE 8080
+# SageMaker may then pass another port in SAGEMAKER_BIND_TO_PORT (gguf_serve/container/sagemaker/contract.py).
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
 # A 22 GB model takes minutes to load: /health answers 503 until then.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=900s --retries=3 CMD ["python3", "-m", "gguf_serve.container.launch", "health"]
 ENTRYPOINT ["python3", "-m", "gguf_serve.container.launch"]
@@ -46,6 +48,7 @@ RUN python3 /usr/local/bin/selfcheck /check --no-elf --allow-missing libcuda.so.
       --pythonpath /opt/gguf-serve:/opt/gguf-serve/site \
       --import gguf_serve.container.launch.cli --import gguf_serve.container.fetch.cli \
       --import gguf_serve.container.metrics.cli --import gguf_serve.container.hop.cli \
+      --import gguf_serve.container.kube.cli \
       --import boto3
 
 # What runs: the image stage and the bytecode the check stage compiled (no RUN here either).

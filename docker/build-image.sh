@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Build one image target in two layers, each skipped when its tag already exists:
-#   base  docker/<TARGET>.Dockerfile: llama-server on a bootstrapped root, tagged by its own inputs (BASE_TAG)
-#   app   docker/app.Dockerfile: the runtime packages on top of that base (IMAGE_TAG)
-# CodeBuild runs it from the unpacked source asset (the buildspec in stacks/image_build.py), and the image test
-# tier runs it the same way with REPOSITORY_NAME unset: then nothing is pushed and "exists" means a local image.
+# Build one image target in layers, each skipped when its tag already exists, each kept in the registry under the
+# key of its inputs so that a retry, or a later stack, starts from what an earlier run produced:
+#   roots  the bootstrapped Debian roots (docker/bootstrap-base.sh), tagged root-<role>-<arch>-<builder>-<key>
+#   base   docker/<TARGET>.Dockerfile: llama-server on those roots, tagged by its own inputs (BASE_TAG)
+#   app    docker/app.Dockerfile: the runtime packages on top of that base (IMAGE_TAG), the base pulled first
+# CodeBuild runs it from the unpacked source asset, one stage per run (the buildspec in stacks/image_build.py), and
+# the image test tier runs it the same way against a local registry (REGISTRY_API).
 #
 # Environment: TARGET, PLATFORM (linux/amd64, linux/arm64), BASE_TAG, IMAGE_TAG, REPOSITORY_URI, SOURCES_DIR
-# (the staged llama.cpp sdist, wheels and debootstrap), DEBIAN_MIRROR (where the roots come from: the deploy
-# option debianMirror), REPOSITORY_NAME (ECR; empty: local), STAGE (base, app or all), BUILD_ARGS (NAME=value
-# pairs separated by spaces; values have no spaces).
+# (the staged llama.cpp sdist, wheels and debootstrap), DEBIAN_MIRRORS (the mirrors the roots may come from, in
+# order: the deploy option debianMirrors; docker/pick-mirror.sh picks one), STAGE (roots, base, app or all),
+# BUILD_ARGS (NAME=value pairs separated by spaces; values have no spaces). Where images are kept:
+# REPOSITORY_NAME (ECR: pushed there, "exists" asks ECR), else REGISTRY_API (a registry's HTTP API, e.g.
+# http://127.0.0.1:5000: pushed there, "exists" asks it), else neither (local images only, nothing pushed).
 set -euo pipefail
 
 : "${TARGET:?}" "${PLATFORM:?}" "${BASE_TAG:?}" "${IMAGE_TAG:?}" "${REPOSITORY_URI:?}" "${SOURCES_DIR:?}"
@@ -33,7 +37,29 @@ for pair in "${pairs[@]}"; do
   esac
 done
 
+registry() { [[ -n "${REPOSITORY_NAME:-}" || -n "${REGISTRY_API:-}" ]]; }
+
+# BuildKit as CodeBuild's images run it: `docker build` there is buildx (its Docker 28 CLI with the buildx plugin),
+# so call buildx by name where it is installed; `docker build` elsewhere (and for the classic builder).
+build() {
+  if [[ "${DOCKER_BUILDKIT:-1}" != 0 ]] && docker buildx version >/dev/null 2>&1; then
+    docker buildx build --load "$@"
+  else
+    docker build "$@"
+  fi
+}
+
 exists() {
+  if [[ -n "${REGISTRY_API:-}" && -z "${REPOSITORY_NAME:-}" ]]; then
+    local code accept="application/vnd.docker.distribution.manifest.v2+json,application/vnd.oci.image.manifest.v1+json"
+    code=$(curl -s -o /dev/null -w '%{http_code}' -I -H "Accept: $accept" \
+      "$REGISTRY_API/v2/${REPOSITORY_URI#*/}/manifests/$1") || code=000
+    case "$code" in
+      200) return 0 ;;
+      404) return 1 ;;
+      *) log "cannot tell whether $1 exists: $REGISTRY_API answered $code"; exit 1 ;;
+    esac
+  fi
   if [[ -z "${REPOSITORY_NAME:-}" ]]; then
     docker image inspect "$REPOSITORY_URI:$1" >/dev/null 2>&1
     return
@@ -48,8 +74,8 @@ exists() {
 }
 
 push() {
-  [[ -z "${REPOSITORY_NAME:-}" ]] && return
-  docker push "$REPOSITORY_URI:$1"
+  registry || return 0
+  docker push "$REPOSITORY_URI:$1" >&2
 }
 
 # An ECR image in a build argument (a mirror of a base, or an AWS-published image) needs its registry's login.
@@ -65,20 +91,41 @@ login_to_registries() {
   done
 }
 
-# The bootstrapped roots are cached as local images, keyed by what makes them (the script, the pinned keyring and
-# the staged debootstrap); the mirror is not part of the key: every mirror serves the same signed release.
+# The mirror, picked once per run and only when a root must be bootstrapped (docker/pick-mirror.sh).
+mirror=""
+debian_mirror() {
+  [[ -n "$mirror" ]] || mirror=$(bash "$context/docker/pick-mirror.sh")
+  echo "$mirror"
+}
+
+# The bootstrapped roots are keyed by what makes them (the script, the pinned keyring and the staged debootstrap);
+# the mirror is not part of the key: every mirror serves the same signed release. A root is taken from the local
+# engine, else pulled from the registry, else bootstrapped and pushed there at once: a run that times out later
+# (the compile) has kept it, and the next run pulls it instead of downloading it from the mirror again.
 root_image() {
-  local role="$1" root_arch="$2" key deb
+  local role="$1" root_arch="$2" key deb local_tag kept
   deb=$(find "$SOURCES_DIR/debian" -name 'debootstrap_*_all.deb' 2>/dev/null | head -1)
   [[ -n "$deb" ]] || { log "no debootstrap .deb in $SOURCES_DIR/debian (make image-sources)"; exit 1; }
   key=$(cat "$context/docker/bootstrap-base.sh" "$context"/docker/keyrings/*.gpg "$deb" | sha256sum | cut -c1-12)
-  local tag
-  tag="gguf-serve-root/$role:$root_arch-$(uname -m)-$key"
-  if ! docker image inspect "$tag" >/dev/null 2>&1; then
-    log "bootstrapping the $role root ($root_arch) from ${DEBIAN_MIRROR:?set DEBIAN_MIRROR}"
-    DEBOOTSTRAP_DEB="$deb" bash "$context/docker/bootstrap-base.sh" "$role" "$root_arch" "$tag" >/dev/null
+  local_tag="gguf-serve-root/$role:$root_arch-$(uname -m)-$key"
+  kept="$REPOSITORY_URI:root-$role-$root_arch-$(uname -m)-$key"
+  if docker image inspect "$local_tag" >/dev/null 2>&1; then
+    if registry && ! exists "${kept##*:}"; then docker tag "$local_tag" "$kept" && push "${kept##*:}"; fi
+  elif registry && exists "${kept##*:}"; then
+    log "pulling the $role root ($root_arch) kept as ${kept##*:}"
+    docker pull -q "$kept" >&2
+    docker tag "$kept" "$local_tag"
+  else
+    local from started
+    from=$(debian_mirror)
+    started=$SECONDS
+    log "bootstrapping the $role root ($root_arch) from $from"
+    DEBIAN_MIRROR="$from" DEBOOTSTRAP_DEB="$deb" bash "$context/docker/bootstrap-base.sh" "$role" "$root_arch" \
+      "$local_tag" >/dev/null
+    log "bootstrapped the $role root in $((SECONDS - started)) s"
+    if registry; then docker tag "$local_tag" "$kept" && push "${kept##*:}"; fi
   fi
-  echo "$tag"
+  echo "$local_tag"
 }
 
 # The roots a target's base is built from: the build root runs on the builder (a cross compiler in it for arm64
@@ -108,6 +155,20 @@ use_classic_builder_for_foreign_arch() {
   esac
 }
 
+# A stage of its own in CodeBuild (its own run and timeout): the roots come from the mirror, the base's compile
+# then starts from them in the registry. Nothing to do once the base exists.
+build_roots() {
+  if exists "$BASE_TAG"; then
+    log "base $BASE_TAG exists; its roots are not needed"
+    return
+  fi
+  local build_role runtime_role
+  read -r build_role runtime_role <<<"$(roles)"
+  root_image "$build_role" "$arch" >/dev/null
+  root_image "$runtime_role" "$arch" >/dev/null
+  check_image >/dev/null
+}
+
 build_base() {
   if exists "$BASE_TAG"; then
     log "base $BASE_TAG exists"
@@ -115,7 +176,7 @@ build_base() {
   fi
   login_to_registries
   use_classic_builder_for_foreign_arch
-  local build_role runtime_role
+  local build_role runtime_role started=$SECONDS
   read -r build_role runtime_role <<<"$(roles)"
   # The build root is named by the image's architecture (it holds the cross compiler for it) and runs on the host.
   [[ -n "$build_image" ]] || build_args+=(--build-arg "BUILD_IMAGE=$(root_image "$build_role" "$arch")")
@@ -126,8 +187,9 @@ build_base() {
   local network=none # the staged source is all the build needs
   [[ " ${pairs[*]} " == *" PIP_INDEX_URL="* ]] && network=host
   log "building base $BASE_TAG"
-  docker build --network "$network" -f "$context/docker/$TARGET.Dockerfile" \
+  build --network "$network" -f "$context/docker/$TARGET.Dockerfile" \
     "${build_args[@]}" -t "$REPOSITORY_URI:$BASE_TAG" "$context"
+  log "built base $BASE_TAG in $((SECONDS - started)) s"
   push "$BASE_TAG"
 }
 
@@ -136,8 +198,10 @@ build_app() {
     log "image $IMAGE_TAG exists"
     return
   fi
-  if ! docker image inspect "$REPOSITORY_URI:$BASE_TAG" >/dev/null 2>&1; then
-    docker pull "$REPOSITORY_URI:$BASE_TAG"
+  # From the registry, as every CodeBuild run starts with an empty engine (a local engine then only re-tags).
+  if registry || ! docker image inspect "$REPOSITORY_URI:$BASE_TAG" >/dev/null 2>&1; then
+    log "pulling base $BASE_TAG"
+    docker pull -q "$REPOSITORY_URI:$BASE_TAG" >&2
   fi
   use_classic_builder_for_foreign_arch
   (cd "$SOURCES_DIR/wheels" && sha256sum -c --quiet SHA256SUMS)
@@ -152,14 +216,15 @@ build_app() {
     --build-arg "CHECK_IMAGE=$(check_image)")
   # The check stage first (the bytecode, then the launcher imports in the image's root), then the image: its
   # files and that bytecode.
-  docker build --network none "${app_args[@]}" --target check "$context"
-  docker build --network none "${app_args[@]}" --target serving -t "$REPOSITORY_URI:$IMAGE_TAG" "$context"
+  build --network none "${app_args[@]}" --target check "$context"
+  build --network none "${app_args[@]}" --target serving -t "$REPOSITORY_URI:$IMAGE_TAG" "$context"
   push "$IMAGE_TAG"
 }
 
 case "$stage" in
+  roots) build_roots ;;
   base) build_base ;;
   app) build_app ;;
-  all) build_base && build_app ;;
+  all) build_roots && build_base && build_app ;;
   *) log "unknown STAGE $stage" && exit 2 ;;
 esac

@@ -52,9 +52,9 @@ failed() {
 stage "building from llama-cpp-python==$version (first run only, 5-10 min on 2 cores; output in $log)"
 stage "$cpu_line"
 sdist="$work/llama_cpp_python-$version.tar.gz"
-staged="$cache_root/image-sources/llama_cpp_python-$version.tar.gz" # `make image-sources` may have it already
-if echo "$sha256  $staged" | sha256sum -c --quiet - >/dev/null 2>&1; then
-  cp "$staged" "$sdist"
+staged=$(compgen -G "$cache_root/image-sources/*/llama_cpp_python-$version.tar.gz" | head -n 1 || true)
+if [[ -n "$staged" ]] && echo "$sha256  $staged" | sha256sum -c --quiet - >/dev/null 2>&1; then
+  cp "$staged" "$sdist" # `make image-sources` has it already
 else
   stage "downloading the sdist"
   "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >>"$log" 2>&1 ||

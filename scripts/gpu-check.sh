@@ -6,7 +6,7 @@
 #      the GPU, through the hop; the guide's smoke prompts run (`bench smoke`) and the hop's histograms fill
 #   3. optional (GPU_CHECK_IMAGE=1): the CUDA serving image the GpuMtpStack deploys, by its content tag: the one
 #      tests/images/test_cuda_image.py built here, else built now with docker/build-image.sh exactly as CodeBuild
-#      builds it (Debian non-free's CUDA 12.4 from DEBIAN_MIRROR, default deb.debian.org); then its llama-server
+#      builds it (Debian non-free's CUDA 12.4 from DEBIAN_MIRRORS, default deb.debian.org); then its llama-server
 #      serves the Gemma GGUF on the GPU (--gpus all, every layer offloaded)
 #   4. `gguf-serve-workstation up --native` with that CUDA llama-server: the Gemma GGUF on the GPU through the hop
 # Usage: scripts/gpu-check.sh   (from the checkout, after `make .venv/.installed` or `make demo`)
@@ -82,7 +82,8 @@ print(b, f"cuda-{app_key(b, {})}")')
   image="gguf-serve-test/cuda:$image_tag"
   if docker image inspect "$image" >/dev/null 2>&1 ||
     TARGET=cuda PLATFORM=linux/amd64 BASE_TAG="$base_tag" IMAGE_TAG="$image_tag" REPOSITORY_URI=gguf-serve-test/cuda \
-      SOURCES_DIR="$cache/image-sources" DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
+      SOURCES_DIR="$(PYTHON="$py" scripts/stage-image-sources.sh)" \
+      DEBIAN_MIRRORS="${DEBIAN_MIRRORS:-http://deb.debian.org/debian}" \
       REPOSITORY_NAME="" docker/build-image.sh; then
     pass "CUDA image $image"
     docker tag "$image" gguf-serve:cuda-local # the workstation's default image (gguf_serve/local/workstation/compose.py)

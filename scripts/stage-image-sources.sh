@@ -12,7 +12,11 @@ dockerfile="$root/docker/x86-64-cpu.Dockerfile"
 version=$(sed -n 's/^ARG LLAMA_CPP_PYTHON_VERSION=//p' "$dockerfile")
 sha256=$(sed -n 's/^ARG LLAMA_CPP_PYTHON_SHA256=//p' "$dockerfile")
 cache_root="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gguf-serve}"
-dest="$cache_root/image-sources"
+# One folder per set of pins (stacks/staged_sources.py computes the same key): two checkouts with different pins,
+# or two branches, each find their own sources instead of re-staging over each other's.
+key=$({ grep -E '^ARG LLAMA_CPP_PYTHON_(VERSION|SHA256)=' "$dockerfile"; cat "$root/docker/requirements-image.txt" \
+  "$root/docker/debian-sources.txt"; } | sha256sum | cut -c1-12)
+dest="$cache_root/image-sources/$key"
 python="${PYTHON:-python3}"
 sdist="$dest/llama_cpp_python-$version.tar.gz"
 

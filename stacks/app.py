@@ -1,4 +1,6 @@
-"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml). Deterministic.
+"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml), its SageMaker twin where
+SageMaker hosts the profile's instance type (stacks/sagemaker/app.py), and EksServingStack when the deploy options
+name its profiles. Deterministic.
 
 `build_app` is the one path to the app: `app.py` (what `cdk synth|deploy` runs) and the tests both call it, so
 the tests see the same options, feature flags and policy-validation plugins (cdk-nag) as the CLI.
@@ -12,19 +14,24 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
-from gguf_serve.catalog.lookup import resolve_locks, stack_models
+from gguf_serve.catalog import ServingProfile
+from gguf_serve.catalog.hosting import SageMakerHosting, sagemaker_stack_name
+from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, ProfileFrame, load_catalog, load_frame
+from gguf_serve.catalog.lookup import resolve_locks, stack_files, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
 from gguf_serve.errors import InputError
-from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
-from stacks.plan import ServicePlan, plan_service
+from stacks.eks.stack import STACK_NAME as EKS_STACK
+from stacks.eks.stack import EksServingStack
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptionError, DeployOptions, load_options
+from stacks.plan import ServicePlan, plan_eks, plan_service
+from stacks.sagemaker.app import add_sagemaker_stacks
 from stacks.serving_stack import ServingStack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,12 +52,20 @@ def main(
     context: dict[str, Any] | None = None, *, config_file: Path = DEPLOY_CONFIG, profiles_dir: Path = PROFILES_DIR
 ) -> int:
     """What `cdk synth|deploy` runs (app.py): the app, synthesized; or, for any bad input (a profile or lock file, a
-    deploy option, a construct's props), one line on stderr that says what to change, and exit status 1."""
+    deploy option, a construct's props), one line on stderr that says what to change, and exit status 1. A refused
+    stack (its profile or model) is one such line per stack: with cdk.json's validation, synth fails on any stack's
+    error annotation, so the refusals are said here instead of in the validation report's traceback."""
     try:
-        build_app(context, config_file=config_file, profiles_dir=profiles_dir).synth()
+        app = build_app(context, config_file=config_file, profiles_dir=profiles_dir)
     except InputError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 1
+    refusals = [str(m.data) for s in app.node.children for m in s.node.metadata if m.type == "aws:cdk:error"]
+    for refusal in refusals:
+        print(f"error: {refusal}", file=sys.stderr)
+    if refusals:
+        return 1
+    app.synth()
     return 0
 
 
@@ -61,6 +76,15 @@ class AppPlan:
     options: DeployOptions
     services: dict[str, ServicePlan]  # stack name -> its plan, in the profiles' order
     refusals: dict[str, str] = field(default_factory=dict)  # stack name -> why the CLI must not deploy it yet
+    unplanned: tuple[str, ...] = ()  # stacks whose profile file cannot be read: built empty, refused
+    # The SageMaker twins (stacks/sagemaker/app.py): EC2 stack -> model for each twin wanted, the built profiles by
+    # EC2 stack, profiles/sagemaker.toml's hosting by EC2 type, and model -> why its lock was refused.
+    twins: dict[str, str] = field(default_factory=dict)
+    built: dict[str, ServingProfile] = field(default_factory=dict)
+    hosting: dict[str, SageMakerHosting] = field(default_factory=dict)
+    lock_refused: dict[str, str] = field(default_factory=dict)
+    eks: tuple[ServicePlan, ...] = ()  # EksServingStack's profiles (eksProfiles), one plan each; () no cluster
+    zones: tuple[str, ...] = ()  # the region's pinned zones
 
 
 def plan_app(
@@ -72,7 +96,7 @@ def plan_app(
 ) -> AppPlan:
     """The deploy options, the catalog and the lock, resolved into one plan per stack; `stack_names` limits it to
     those stacks (and their model lookups). `context`: what the app's context holds (cdk.json, cdk.context.json, -c)."""
-    options = load_options({name: context.get(name) for name in OPTION_NAMES}, config_file)
+    options = load_options({name: context.get(name) for name in (*OPTION_NAMES, *RENAMED)}, config_file)
     zones = (context.get("pinned-availability-zones") or {}).get(options.region)
     if not zones:
         raise DeployOptionError(
@@ -81,23 +105,49 @@ def plan_app(
         )
     lock_file = model_lock_file(context.get(MODEL_LOCK_CONTEXT), profiles_dir)
     models = stack_models(profiles_dir)
+    twins = {n: m for n, m in models.items() if stack_names is None or sagemaker_stack_name(n) in stack_names}
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(context.get(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
-    resolution = resolve_locks(models.values(), root=profiles_dir, lock_file=lock_file, lookups=lookups)
-    catalog = load_catalog(profiles_dir, lock_file=lock_file, skip_unlocked=True)
+    wanted = list(dict.fromkeys([*models.values(), *twins.values()]))
+    resolution = resolve_locks(
+        wanted, root=profiles_dir, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
+    )
+    # Tolerant: a model or profile that fails refuses its own stacks only; workstation profiles are no stacks.
+    catalog = load_catalog(profiles_dir, lock_file=lock_file, skip_unlocked=True, tolerant=True, workstations=False)
     built = {p.stack_name: p for p in catalog.profiles.values()}
-    plan = AppPlan(options, {})
+    files = stack_files(profiles_dir)
+    services: dict[str, ServicePlan] = {}
+    refusals: dict[str, str] = {}
+    unplanned = []
     for stack_name, model in models.items():
         profile = built.get(stack_name)
-        plan.services[stack_name] = plan_service(profile or catalog.unlocked_frames[stack_name], options, tuple(zones))
-        why = resolution.refused.get(model)
+        frame = profile or catalog.unlocked_frames.get(stack_name) or _frame(files.get(stack_name), catalog.hardware)
+        if frame is None:
+            unplanned.append(stack_name)
+        else:
+            services[stack_name] = plan_service(frame, options, tuple(zones))
+        why = resolution.refused.get(model) or catalog.problems.get(str(files.get(stack_name)))
         if not why and profile is None:
             why = f"model {model} has no entry in {lock_file}; run `gguf-serve-catalog lock {model}`"
         refusal = f"{stack_name}: {why}" if why else deploy_refusal(profile) if profile else None
         if refusal:
-            plan.refusals[stack_name] = refusal
-    return plan
+            refusals[stack_name] = refusal
+    eks: tuple[ServicePlan, ...] = ()
+    if options.eks_profiles and (stack_names is None or EKS_STACK in stack_names):
+        eks = plan_eks({name: p for name, p in catalog.profiles.items() if p.stack_name}, options, tuple(zones))
+    return AppPlan(
+        options, services, refusals, tuple(unplanned), twins=twins, built=built, hosting=catalog.hosting,
+        lock_refused=dict(resolution.refused), eks=eks, zones=tuple(zones),
+    )  # fmt: skip
+
+
+def _frame(path: Path | None, hardware: Any) -> ProfileFrame | None:
+    """What a profile file that failed to load still says (its instance, image, fleet), or None if that fails too."""
+    try:
+        return load_frame(path, hardware=hardware) if path else None
+    except InputError:
+        return None
 
 
 def build_app(
@@ -112,19 +162,21 @@ def build_app(
 ) -> cdk.App:
     """The app, from `plan` or from the plan of its context. A refused stack is still built and carries its refusal
     as an error annotation, which the CLI reports when that stack is selected; `annotate_refusals=False` leaves it
-    off (the pre-flight reports refusals itself and checks what a refused stack needs of the account too).
+    off and adds the refusals of the SageMaker and EKS stacks to `plan.refusals` (the pre-flight reports refusals
+    itself and checks what a refused stack needs of the account too).
     `outdir`: where synth writes the cloud assembly (default: the CLI's, or a temporary folder)."""
     app = cdk.App(context=context, outdir=outdir) if context is not None else cdk.App(outdir=outdir)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     if plan is None:
-        known = (*OPTION_NAMES, "pinned-availability-zones", MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT)
+        known = (*OPTION_NAMES, *RENAMED, "pinned-availability-zones", MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT)
         values = {name: app.node.try_get_context(name) for name in known}
         plan = plan_app(values, config_file=config_file, profiles_dir=profiles_dir, stack_names=stack_names)
     env = cdk.Environment(account=plan.options.account, region=plan.options.region)
-    for stack_name, service in plan.services.items():
-        if service.profile is None:
-            # No lock entry at all, so nothing to build from: an empty stack carries the refusal, so that
-            # `cdk deploy <it>` says why while the other stacks synthesize and deploy.
+    for stack_name in [*plan.services, *plan.unplanned]:
+        service = plan.services.get(stack_name)
+        if service is None or service.profile is None:
+            # No lock entry at all (or no profile to read), so nothing to build from: an empty stack carries the
+            # refusal, so that `cdk deploy <it>` says why while the other stacks synthesize and deploy.
             stack: cdk.Stack = cdk.Stack(app, stack_name, env=env)
             cdk.CfnWaitConditionHandle(stack, "ModelNotLocked")  # a template needs one resource to be valid
         else:
@@ -133,9 +185,46 @@ def build_app(
             # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
             cdk.Annotations.of(stack).add_error(plan.refusals[stack_name])
+    refusals = None if annotate_refusals else plan.refusals
+    add_sagemaker_stacks(
+        app, models=plan.twins, built=plan.built, hosting=plan.hosting, refused=plan.lock_refused,
+        options=plan.options, zones=list(plan.zones), env=env, refusals=refusals,
+    )  # fmt: skip
+    if plan.eks:
+        _eks_stack(app, plan, env, refusals)
     return app
+
+
+def _eks_stack(app: cdk.App, plan: AppPlan, env: cdk.Environment, refusals: dict[str, str] | None) -> None:
+    """EksServingStack, only when deploy.toml or -c names its profiles (eksProfiles): no cluster by default."""
+    options = plan.options
+    stack = EksServingStack(
+        app,
+        EKS_STACK,
+        plans=list(plan.eks),
+        availability_zones=list(plan.zones),
+        certificate_arn=options.certificate_arn,
+        image_build_args=options.image_build_args,
+        arm64_builder=options.arm64_builder,
+        debian_mirrors=options.debian_mirrors,
+        admin_role_arns=options.eks_admin_roles,
+        env=env,
+    )
+    profiles = [p.profile for p in plan.eks if p.profile is not None]
+    why = "; ".join(r for r in (deploy_refusal(replace(p, stack_name="")) for p in profiles) if r)  # by profile name
+    if why and refusals is not None:
+        refusals[EKS_STACK] = f"{EKS_STACK}: {why}"
+    elif why:
+        cdk.Annotations.of(stack).add_error(f"{EKS_STACK}: {why}")
 
 
 def model_lock_file(context_value: str | None = None, profiles_dir: Path = PROFILES_DIR) -> Path:
     """The lock file synth reads and, on a lookup, writes: `-c modelLock=<file>`, else profiles/models.lock.toml."""
     return ROOT / context_value if context_value else profiles_dir / LOCK_NAME
+
+
+def stack_profiles(lock: str | None = None) -> list[ServingProfile]:
+    """The profiles that are stacks, from the committed lock or `-c modelLock=<file>`, as the catalog holds them (no
+    lookup, no deploy options; a profile without a stack runs locally only: launcher local, workstations)."""
+    catalog = load_catalog(PROFILES_DIR, lock_file=model_lock_file(lock), skip_unlocked=True, workstations=False)
+    return [p for p in catalog.profiles.values() if p.stack_name]

@@ -36,24 +36,58 @@ _WAKE_DOOR_REASONS = {
 }
 
 
+_EKS_HANDLER_REASONS = {
+    "CKV_AWS_115": "Deploy-time handler of the EKS stack (kubectl, a node group's target attachment, CDK's utilities), "
+    "invoked a few times per deploy; reserved concurrency would only take capacity from the account.",
+    "CKV_AWS_116": "Invoked synchronously by CloudFormation or the provider framework; a dead-letter queue applies "
+    "to asynchronous invocations only, and failures surface as the stack event.",
+    "CKV_AWS_117": "Calls only AWS APIs (EKS, EC2 Auto Scaling) and reaches no VPC resource; the kubectl handler, "
+    "which reaches the private API endpoint, runs in the VPC.",
+    "CKV_AWS_173": "The environment holds function ARNs and names set by CDK, no secrets.",
+}
+
+
+def _is_eks_deploy_handler(node: CfnResource) -> bool:
+    """The EKS stack's deploy-time functions: CDK's kubectl provider and utilities, the node-group attachment."""
+    path = node.node.path
+    return path.startswith("EksServingStack/") and any(
+        part in path for part in ("/KubectlProvider/", "/Targets/", "/AWSCDKCfnUtilsProvider")
+    )
+
+
 def _is_wake_door(node: CfnResource) -> bool:
     return "/WakeDoor/" in node.node.path
 
 
 def _is_deploy_time_handler(node: CfnResource) -> bool:
-    """CDK's own providers (Custom::...) and the image-build trigger."""
+    """CDK's own providers (Custom::...), the image-build trigger and the SageMaker model staging's."""
     path = node.node.path
-    return "/Custom::" in path or "/Image/" in path
+    return "/Custom::" in path or "/Image/" in path or "/Staging/" in path
 
 
 def _is_http_listener(node: CfnResource) -> bool:
     return isinstance(node, elbv2.CfnListener) and node.protocol == "HTTP"
 
 
+def _is_sagemaker_execution_role(node: CfnResource) -> bool:
+    return "/Serving/ExecutionRole/" in node.node.path
+
+
+_SAGEMAKER_ROLE_REASONS = {
+    "CKV_AWS_111": "The EC2 network-interface calls SageMaker makes for the model's VpcConfig, as the CreateModel "
+    "execution role is documented ('SageMaker AI roles', docs.amazonaws.cn): Resource *; a narrower condition "
+    "cannot be verified without an account, and a wrong one would fail the endpoint.",
+    "CKV_AWS_109": "ec2:CreateNetworkInterfacePermission and its delete, for the endpoint's network interfaces in "
+    "this stack's isolated subnets (the documented CreateModel role's VpcConfig actions): SageMaker attaches them.",
+}
+
+
 _Rule = tuple[str, Callable[[CfnResource], bool], dict[str, str]]
 ACCEPTED: tuple[_Rule, ...] = (
     ("AWS::Lambda::Function", _is_deploy_time_handler, _LAMBDA_REASONS),
     ("AWS::Lambda::Function", _is_wake_door, _WAKE_DOOR_REASONS),
+    ("AWS::IAM::Policy", _is_sagemaker_execution_role, _SAGEMAKER_ROLE_REASONS),
+    ("AWS::Lambda::Function", _is_eks_deploy_handler, _EKS_HANDLER_REASONS),
     (
         "AWS::Logs::LogGroup",
         lambda _: True,

@@ -21,6 +21,7 @@ from gguf_serve.container.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_
 from stacks.errors import PropsError
 from stacks.model_cache import ModelCache
 from stacks.nag import account_in_finding, acknowledge, arn_of
+from stacks.principals import ec2_principal
 from userdata.render import BootSettings, DeploySettings, InstanceSpec, release_id, render_user_data
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 and the AL2023 Deep Learning Base AMI
@@ -29,6 +30,13 @@ READY_HOOK = LIFECYCLE_HOOK  # launch lifecycle hook, completed by the instance 
 # gp3 volume size 1 GiB - 16 TiB (Amazon EBS User Guide, "General Purpose SSD volumes", gp3)
 GP3_MAX_GIB = 16 * 1024
 DRAIN_HEARTBEATS_MISSED = 3  # the drain hook times out (CONTINUE) after this many DRAIN_HEARTBEAT_S without one
+
+
+def group_name(stack_name: str) -> str:
+    """The group's name, fixed so that what only watches or wakes the group (alarms, dashboard, the wake door) names
+    it without a reference, and CloudFormation creates them at once instead of after the first instance's signal.
+    It matches the `<stack>-ServingGroup-*` pattern the instance role's lifecycle permissions name."""
+    return f"{stack_name}-{GROUP_LOGICAL_ID}-serving"
 
 
 def release_parameter_name(stack_name: str) -> str:
@@ -57,9 +65,11 @@ class ServingFleet(Construct):
     ) -> None:
         """
         hardware: the instance type and AMI of every instance.
-        capacity: the group's minimum, maximum, desired size and rolling-update batch (the warm pool: FleetScaling).
+        capacity: the group's minimum, maximum, desired size, rolling-update batch and the Spot pools' extra instance
+        types (the warm pool: FleetScaling).
         volume: the root volume's gp3 IOPS and throughput.
-        spot: all Spot, capacity-optimized, with capacity rebalancing (stacks/plan.py decides); default On-Demand.
+        spot: Spot above an On-Demand base, capacity-optimized, with capacity rebalancing (stacks/plan.py decides);
+        default On-Demand.
         instance: what the boot script reads from the profile (port: the load balancer's target port; model_load_s:
         the group's instance warm-up; drain_deadline_s: the drain hook's deadline).
         deploy: the stack's deploy-time values the boot script reads (image, API key, model cache, log group).
@@ -96,6 +106,7 @@ class ServingFleet(Construct):
             description="Release of the launch template; warm-pool instances of another release abandon their launch",
         )
         self.release_parameter.grant_read(self.role)
+        self.group_name = group_name(Stack.of(self).stack_name)
         self.asg = self._group(vpc, capacity, spot, Duration.seconds(instance.model_load_s), boot)
         self._hooks(boot)
         self.drain_deadline_s = instance.drain_deadline_s
@@ -105,7 +116,7 @@ class ServingFleet(Construct):
         role = iam.Role(
             self,
             "InstanceRole",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            assumed_by=ec2_principal(self),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
             description=f"llama-server instances of {Stack.of(self).stack_name}",
         )
@@ -151,12 +162,20 @@ class ServingFleet(Construct):
     ) -> autoscaling.AutoScalingGroup:
         purchase: dict = {"launch_template": self.launch_template}
         if spot:
-            # All Spot, capacity-optimized; a rebalance recommendation starts a replacement before the interruption.
+            # Spot above an On-Demand base of what a deploy or a rolling update waits for (min_capacity, plus the
+            # instances an update launches beside them): an empty Spot pool never stalls the creation signal or an
+            # update, only scale-out, across every listed type (capacity-optimized). A rebalance recommendation starts
+            # a replacement before the interruption. No warm pool: PutWarmPool refuses a mixed instances policy.
+            types = (self.launch_template.instance_type, *map(ec2.InstanceType, capacity.spot_instance_types))
+            on_demand = capacity.min_capacity + capacity.rolling_batch if capacity.min_capacity else 0
             purchase = {
                 "mixed_instances_policy": autoscaling.MixedInstancesPolicy(
                     launch_template=self.launch_template,
+                    launch_template_overrides=[autoscaling.LaunchTemplateOverrides(instance_type=t) for t in types]
+                    if capacity.spot_instance_types
+                    else None,
                     instances_distribution=autoscaling.InstancesDistribution(
-                        on_demand_base_capacity=0,
+                        on_demand_base_capacity=on_demand,
                         on_demand_percentage_above_base_capacity=0,
                         spot_allocation_strategy=autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED,
                     ),
@@ -166,6 +185,7 @@ class ServingFleet(Construct):
         asg = autoscaling.AutoScalingGroup(
             self,
             "Group",
+            auto_scaling_group_name=self.group_name,
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             **purchase,

@@ -1,9 +1,11 @@
 """Build the serving image in region and push it to ECR, during `cdk deploy`, from nothing outside the region.
 
-Two layers, each keyed by its own inputs (stacks.image_inputs), each built by CodeBuild under a custom resource:
-- the llama.cpp base (docker/<target>.Dockerfile on Debian root filesystems bootstrapped from a Debian mirror, the
-  deploy option debianMirror, with signatures checked against a pinned keyring), tagged `base-<target>-<hash>`:
-  only a llama.cpp, flags or root change rebuilds it;
+Three stages, each its own CodeBuild run under its own custom resource (so each has CloudFormation's whole hour),
+each keeping what it made in ECR under the key of its inputs, so a retry or a later stack starts from it:
+- the Debian roots, bootstrapped from the first of the debianMirrors that answers with the signed release
+  (docker/pick-mirror.sh; signatures checked against a pinned keyring), tagged `root-<role>-<arch>-...-<key>`;
+- the llama.cpp base (docker/<target>.Dockerfile on those roots), tagged `base-<target>-<hash>`: only a llama.cpp,
+  flags or root change rebuilds it;
 - the application image (docker/app.Dockerfile: the runtime packages on that base), tagged `<target>-<hash>`.
 What the builder would otherwise download is staged before deploy (stacks.staged_sources), in a second S3 asset.
 """
@@ -36,29 +38,25 @@ from gguf_serve.catalog.images import (
     APP_DOCKERFILE,
     ARM64_BUILDERS,
     BUILD_POLL_INTERVAL_S,
+    BUILD_STAGES,
     CUSTOM_RESOURCE_MAX_WAIT_S,
     DEFAULT_ARM64_BUILDER,
-    DEFAULT_DEBIAN_MIRROR,
+    DEFAULT_COMPUTE,
+    DEFAULT_DEBIAN_MIRRORS,
     LAYER_BUILD_TIMEOUT_MIN,
     ImageTarget,
+    stage_compute,
 )
+from stacks import lambda_runtimes
 from stacks.errors import PropsError
-from stacks.image_checks import ECR_IMAGE, check_build_args, check_debian_mirror
+from stacks.image_checks import check_build_args, check_debian_mirrors, foreign_ecr_repositories
 from stacks.image_inputs import CONTEXT_EXCLUDE, IMAGE_CODE, ROOT, app_files, app_key, base_key
 from stacks.nag import account_in_finding, acknowledge, arn_of
 from stacks.staged_sources import check_staged_sources, default_sources_dir, pinned_sources
 
 # The image's inputs, for the scripts and image tests that read them from here (scripts/gpu-check.sh, tests/images).
-__all__ = [
-    "IMAGE_CODE",
-    "ROOT",
-    "ImageBuild",
-    "app_files",
-    "app_key",
-    "base_key",
-    "default_sources_dir",
-    "pinned_sources",
-]
+__all__ = ["IMAGE_CODE", "ROOT", "ImageBuild", "app_files", "app_key", "base_key", "default_sources_dir"]
+__all__ += ["pinned_sources"]
 
 HANDLERS = Path(__file__).resolve().parent / "handlers"
 
@@ -78,10 +76,10 @@ _BUILD_SPEC = {
 
 
 class ImageBuild(Construct):
-    """An ECR repository, a CodeBuild project and two custom resources that build the image during deploy.
+    """An ECR repository, a CodeBuild project and three custom resources that build the image during deploy.
 
     Exposes `repository`, `image_tag`, `base_tag`, `image_uri`, `registry` and `build` (the app layer's custom
-    resource: what the fleet waits for).
+    resource: what the fleet waits for), and its S3 assets `context_asset` and `sources_asset`.
     """
 
     def __init__(
@@ -93,7 +91,7 @@ class ImageBuild(Construct):
         build_args: dict[str, str] | None = None,
         sources_dir: Path | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
-        debian_mirror: str = DEFAULT_DEBIAN_MIRROR,
+        debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
     ) -> None:
         """
         target: the image target (gguf_serve.catalog.images.IMAGE_TARGETS).
@@ -101,12 +99,12 @@ class ImageBuild(Construct):
         sources_dir: the staged llama.cpp sdist, wheels and debootstrap; default default_sources_dir().
         arm64_builder: "cross" (x86 CodeBuild with a cross compiler, offered wherever CodeBuild is) or "native"
             (CodeBuild ARM_CONTAINER, where the region offers it); default "cross". Ignored for x86 targets.
-        debian_mirror: the Debian mirror the roots are bootstrapped from (http or https); default
-            gguf_serve.catalog.images.DEFAULT_DEBIAN_MIRROR.
+        debian_mirrors: the Debian mirrors the roots may come from, probed in order (http or https); default
+            gguf_serve.catalog.images.DEFAULT_DEBIAN_MIRRORS.
         """
         if arm64_builder not in ARM64_BUILDERS:
             raise PropsError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
-        check_debian_mirror(debian_mirror)
+        mirrors = check_debian_mirrors(debian_mirrors)
         args = check_build_args(target, build_args or {})
         super().__init__(scope, construct_id)
         self.repository = ecr.Repository(
@@ -121,21 +119,35 @@ class ImageBuild(Construct):
                     max_image_count=3,
                     description="keep the last three llama.cpp bases",
                 ),
-                ecr.LifecycleRule(rule_priority=2, max_image_count=10, description="keep the last ten images"),
+                ecr.LifecycleRule(
+                    rule_priority=2,
+                    tag_prefix_list=["root-"],
+                    max_image_count=8,
+                    description="keep the last eight bootstrapped roots (two per base, three bases, and a check root)",
+                ),
+                ecr.LifecycleRule(rule_priority=3, max_image_count=10, description="keep the last ten images"),
             ],
             removal_policy=RemovalPolicy.RETAIN,
         )
         context, sources = self._assets(sources_dir or default_sources_dir())
+        self.context_asset, self.sources_asset = context, sources  # the model staging reads them too
         self.base_tag = f"base-{target.name}-{base_key(target, args)}"
         self.image_tag = f"{target.name}-{app_key(self.base_tag, args)}"
         self.image_uri = self.repository.repository_uri_for_tag(self.image_tag)
         self.registry = _registry(self)
         native_arm = target.architecture == Architecture.ARM64 and arm64_builder == "native"
-        project = self._project(target, args, context, sources, native_arm=native_arm, debian_mirror=debian_mirror)
+        project = self._project(target, args, context, sources, native_arm=native_arm, debian_mirrors=mirrors)
         provider = self._provider(project)
-        base = self._layer("BaseBuild", provider, project, self.base_tag, "base")
-        self.build = self._layer("Build", provider, project, self.image_tag, "app")
-        self.build.node.add_dependency(base)
+        # Each stage skips itself when its tag exists; the roots are needed only while the base does not.
+        tags = {"roots": self.base_tag, "base": self.base_tag, "app": self.image_tag}
+        ids = {"roots": "RootsBuild", "base": "BaseBuild", "app": "Build"}
+        stages = [
+            self._layer(ids[stage], provider, project, tags[stage], stage, stage_compute(target, stage))
+            for stage in BUILD_STAGES
+        ]
+        for before, after in zip(stages, stages[1:], strict=False):
+            after.node.add_dependency(before)
+        self.build = stages[-1]
 
     def _assets(self, sources_dir: Path) -> tuple[s3_assets.Asset, s3_assets.Asset]:
         """The build context (docker/ and the runtime packages) and the staged sources, as S3 assets."""
@@ -166,13 +178,13 @@ class ImageBuild(Construct):
         sources: s3_assets.Asset,
         *,
         native_arm: bool,
-        debian_mirror: str,
+        debian_mirrors: tuple[str, ...],
     ) -> codebuild.Project:
         key = kms.Key(self, "BuildKey", enable_key_rotation=True, description="CodeBuild artifacts and logs")
         project = codebuild.Project(
             self,
             "Project",
-            description=f"llama.cpp image {target.name}: docker/{target.dockerfile}, then docker/{APP_DOCKERFILE}",
+            description=f"llama.cpp image {target.name}: roots, docker/{target.dockerfile}, docker/{APP_DOCKERFILE}",
             source=codebuild.Source.s3(bucket=context.bucket, path=context.s3_object_key),
             secondary_sources=[
                 codebuild.Source.s3(bucket=sources.bucket, path=sources.s3_object_key, identifier="sources")
@@ -184,7 +196,8 @@ class ImageBuild(Construct):
                     if native_arm
                     else codebuild.LinuxBuildImage.AMAZON_LINUX_2023_5
                 ),
-                compute_type=codebuild.ComputeType.LARGE,
+                # A stage may override it (stage_compute, the start handler's computeTypeOverride).
+                compute_type=getattr(codebuild.ComputeType, DEFAULT_COMPUTE.removeprefix("BUILD_GENERAL1_")),
                 privileged=True,  # docker build
             ),
             environment_variables={
@@ -197,7 +210,7 @@ class ImageBuild(Construct):
                     "BASE_TAG": self.base_tag,
                     "IMAGE_TAG": self.image_tag,
                     "BUILD_ARGS": " ".join(f"{k}={v}" for k, v in sorted(args.items())),
-                    "DEBIAN_MIRROR": debian_mirror.rstrip("/"),
+                    "DEBIAN_MIRRORS": " ".join(debian_mirrors),
                     "STAGE": "all",
                     "DOCKER_BUILDKIT": "1",  # per-Dockerfile .dockerignore
                 }.items()
@@ -219,7 +232,7 @@ class ImageBuild(Construct):
         self.repository.grant_pull_push(project)
         # The build's "tag exists, skip" check: without it every rebuild of an existing tag fails to push.
         self.repository.grant(project, "ecr:DescribeImages")
-        for repository_arn in _foreign_ecr_repositories(self, args):
+        for repository_arn in foreign_ecr_repositories(self, args):
             project.add_to_role_policy(
                 iam.PolicyStatement(
                     actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
@@ -252,7 +265,7 @@ class ImageBuild(Construct):
         )
 
     def _layer(
-        self, construct_id: str, provider: cr.Provider, project: codebuild.Project, tag: str, stage: str
+        self, construct_id: str, provider: cr.Provider, project: codebuild.Project, tag: str, stage: str, compute: str
     ) -> CustomResource:
         resource = CustomResource(
             self,
@@ -263,6 +276,7 @@ class ImageBuild(Construct):
                 "RepositoryName": self.repository.repository_name,
                 "ImageTag": tag,
                 "Stage": stage,
+                "ComputeType": compute,
             },
         )
         # CloudFormation's ceiling, as an integer (CustomResource's service_timeout renders a string).
@@ -276,7 +290,7 @@ class ImageBuild(Construct):
             fn = lambda_.Function(
                 self,
                 f"{name.title().replace('_', '')}Handler",
-                runtime=lambda_.Runtime.PYTHON_3_13,
+                runtime=lambda_runtimes.PYTHON,
                 handler="index.handler",
                 code=lambda_.Code.from_inline((HANDLERS / f"image_build_{name}.py").read_text()),
                 timeout=Duration.seconds(30),
@@ -323,20 +337,6 @@ class ImageBuild(Construct):
             provider, "AwsSolutions-SF2", "The provider's waiter only polls the build; no X-Ray traces to follow."
         )
         return provider
-
-
-def _foreign_ecr_repositories(scope: Construct, args: dict[str, str]) -> list[str]:
-    """ARNs of the ECR repositories named by image build arguments (a mirror, an AWS-published image)."""
-    arns = []
-    for name, value in sorted(args.items()):
-        if name.endswith("_IMAGE") and (m := ECR_IMAGE.match(value)):
-            account, region, repository = m.group(1), m.group(2), m.group(3)
-            arns.append(
-                Stack.of(scope).format_arn(
-                    service="ecr", resource="repository", resource_name=repository, account=account, region=region
-                )
-            )
-    return arns
 
 
 def _registry(scope: Construct) -> str:

@@ -1,11 +1,14 @@
 """Checks on what a user may pass to the image build: Docker build arguments (-c imageBuildArgs) and the Debian
-mirror (-c debianMirror). Each refusal says what to write instead."""
+mirrors (-c debianMirrors). Each refusal says what to write instead."""
 
 from __future__ import annotations
 
 import re
 
-from gguf_serve.catalog.images import APP_DOCKERFILE, DEFAULT_DEBIAN_MIRROR, ImageTarget
+from aws_cdk import Stack
+from constructs import Construct
+
+from gguf_serve.catalog.images import APP_DOCKERFILE, DEFAULT_DEBIAN_MIRRORS, ImageTarget
 from stacks.errors import PropsError
 from stacks.image_inputs import declared_build_args
 
@@ -43,11 +46,28 @@ def check_build_args(target: ImageTarget, build_args: dict[str, str]) -> dict[st
     return dict(build_args)
 
 
-def check_debian_mirror(url: str) -> str:
-    """A mirror URL the build script can pass to debootstrap as one word; http is fine (signatures are checked)."""
-    if not _MIRROR.match(url):
-        raise PropsError(
-            f"debianMirror {url!r}: write the mirror's Debian archive URL, e.g. {DEFAULT_DEBIAN_MIRROR} or "
-            "http://deb.debian.org/debian (http or https, no spaces or quotes)"
-        )
-    return url
+def check_debian_mirrors(urls: tuple[str, ...]) -> tuple[str, ...]:
+    """Mirror URLs the build script can pass to debootstrap one word each; http is fine (signatures are checked)."""
+    if not urls:
+        raise PropsError(f"debianMirrors is empty: list at least one, e.g. {DEFAULT_DEBIAN_MIRRORS[0]}")
+    for url in urls:
+        if not _MIRROR.match(url):
+            raise PropsError(
+                f"debianMirrors {url!r}: write the mirror's Debian archive URL, e.g. {DEFAULT_DEBIAN_MIRRORS[0]} or "
+                "http://deb.debian.org/debian (http or https, no spaces or quotes)"
+            )
+    return tuple(u.rstrip("/") for u in urls)
+
+
+def foreign_ecr_repositories(scope: Construct, args: dict[str, str]) -> list[str]:
+    """ARNs of the ECR repositories named by image build arguments (a mirror, an AWS-published image)."""
+    arns = []
+    for name, value in sorted(args.items()):
+        if name.endswith("_IMAGE") and (m := ECR_IMAGE.match(value)):
+            account, region, repository = m.group(1), m.group(2), m.group(3)
+            arns.append(
+                Stack.of(scope).format_arn(
+                    service="ecr", resource="repository", resource_name=repository, account=account, region=region
+                )
+            )
+    return arns

@@ -81,6 +81,7 @@ class InferenceLoadBalancer(Construct):
         self.target_group = self.listener.add_targets(
             "Servers",
             port=target_port,
+            protocol=elbv2.ApplicationProtocol.HTTP,  # stated: CDK infers it for 80/443/8080 only (a NodePort)
             targets=targets,
             deregistration_delay=Duration.seconds(settings.deregistration_delay_s),
             # /health answers 503 while the model loads and needs no API key; only 200 is healthy.

@@ -35,7 +35,7 @@ class ServiceMonitoring(Construct):
         drain_deadline_s: int,
         has_gpu: bool,
         mtp: bool,
-        asg: autoscaling.AutoScalingGroup,
+        asg: autoscaling.IAutoScalingGroup,
         alb: elbv2.ApplicationLoadBalancer,
         target_group: elbv2.ApplicationTargetGroup,
         wake_answers: cloudwatch.IMetric | None = None,
@@ -87,7 +87,7 @@ class ServiceMonitoring(Construct):
 
     def _alarms(
         self, *, name: str, alarms: AlarmSettings, drain_deadline_s: int, has_gpu: bool,
-        asg: autoscaling.AutoScalingGroup,
+        asg: autoscaling.IAutoScalingGroup,
         healthy: _Metric, error_rate: _Metric, deferred: _Metric, cut: _Metric,
     ) -> None:  # fmt: skip
         """No healthy host, 5xx rate, backlog, cut streams, slow first tokens."""
@@ -150,7 +150,7 @@ class ServiceMonitoring(Construct):
         )
 
     def _dashboard(
-        self, *, name: str, mtp: bool, has_gpu: bool, asg: autoscaling.AutoScalingGroup,
+        self, *, name: str, mtp: bool, has_gpu: bool, asg: autoscaling.IAutoScalingGroup,
         alb: elbv2.ApplicationLoadBalancer, tg: elbv2.IApplicationTargetGroupMetrics,
         healthy: _Metric, errors_5xx: _Metric, cut: _Metric, wake_answers: cloudwatch.IMetric | None,
     ) -> None:  # fmt: skip

@@ -30,7 +30,7 @@ class ServingNetwork(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, settings: NetworkSettings) -> None:
         """settings: the VPC's range, zones and NAT gateways (a profile's [fleet] vpc_cidr, max_azs, nat_gateways)."""
         cidr = settings.vpc_cidr
-        _check_props(cidr, settings.max_azs, settings.nat_gateways)
+        check_network_props(cidr, settings.max_azs, settings.nat_gateways)
         super().__init__(scope, construct_id)
         flow_log_group = logs.LogGroup(
             self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
@@ -55,7 +55,8 @@ class ServingNetwork(Construct):
             endpoint.connections.allow_from(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
 
 
-def _check_props(cidr: str, max_azs: int, nat_gateways: int) -> None:
+def check_network_props(cidr: str, max_azs: int, nat_gateways: int) -> None:
+    """The VPC props every network construct takes, refused with the catalog field to change."""
     try:
         network = ipaddress.IPv4Network(cidr)
     except ValueError:

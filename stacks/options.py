@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gguf_serve.catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRROR
+from gguf_serve.catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from gguf_serve.errors import InputError
 
 DEPLOY_CONFIG = Path(__file__).resolve().parent.parent / "deploy.toml"
@@ -43,7 +43,10 @@ OPTION_NAMES = (
     "wakeOnRequest",
     "imageBuildArgs",
     "arm64Builder",
-    "debianMirror",
+    "debianMirrors",
+    "allowTypedLock",
+    "eksProfiles",
+    "eksAdminRoles",
 )
 
 
@@ -64,11 +67,21 @@ class DeployOptions:
     wake_on_request: bool = False  # a group at zero scales to one on the first request (ALB 503 -> alarm)
     image_build_args: dict[str, str] = field(default_factory=dict)  # extra `docker build --build-arg`s
     arm64_builder: str = DEFAULT_ARM64_BUILDER  # "cross": x86 CodeBuild, cross-compiled; "native": ARM_CONTAINER
-    debian_mirror: str = DEFAULT_DEBIAN_MIRROR  # where the image roots come from; signatures checked, so any mirror
+    debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS  # the roots' mirrors, probed in order; any: signed
+    allow_typed_lock: bool = False  # deploy a model whose sha256 was typed, never checked against a listing
+    eks_profiles: tuple[str, ...] = ()  # serving profiles of EksServingStack (docs/eks.md); empty: no EKS stack
+    eks_admin_roles: tuple[str, ...] = ()  # IAM role ARNs given cluster-admin access entries on the EKS cluster
+
+
+# Options renamed: the old name is refused with the new one, never silently ignored.
+RENAMED = {"debianMirror": "debianMirrors (a list of mirrors, probed in order)"}
 
 
 def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> DeployOptions:
     """deploy.toml, then any `-c` value of the same name on top; every value checked."""
+    for old, new in RENAMED.items():
+        if context.get(old) is not None:
+            raise DeployOptionError(f"-c {old} is now {new}; write -c {old}s=<url>,<url>")
     committed = _read_config(config_file)
     raw = {**committed, **{k: context[k] for k in OPTION_NAMES if context.get(k) is not None}}
     where = {k: ("-c" if context.get(k) is not None else config_file.name) for k in raw}
@@ -86,7 +99,10 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             wake_on_request=_flag(raw.get("wakeOnRequest"), "wakeOnRequest"),
             image_build_args=_build_args(raw.get("imageBuildArgs")),
             arm64_builder=_choice(raw.get("arm64Builder", DEFAULT_ARM64_BUILDER), "arm64Builder", ARM64_BUILDERS),
-            debian_mirror=_mirror(raw.get("debianMirror")),
+            debian_mirrors=_mirrors(raw.get("debianMirrors")),
+            allow_typed_lock=_flag(raw.get("allowTypedLock"), "allowTypedLock"),
+            eks_profiles=_names(raw.get("eksProfiles"), "eksProfiles"),
+            eks_admin_roles=_names(raw.get("eksAdminRoles"), "eksAdminRoles"),
         )
         if options.wake_on_request and options.off_hours is None and options.min_capacity != 0:
             raise _Bad(
@@ -110,6 +126,9 @@ def _read_config(path: Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise DeployOptionError(f"{path.name} is not valid TOML: {e}") from None
+    for old, new in RENAMED.items():
+        if old in data:
+            raise DeployOptionError(f'{path.name}: {old} is now {new}; write {old}s = ["<url>", ...]')
     unknown = sorted(set(data) - set(OPTION_NAMES))
     if unknown:
         raise DeployOptionError(f"{path.name}: unknown option(s) {unknown}; the options are {list(OPTION_NAMES)}")
@@ -218,18 +237,32 @@ def _off_hours(value: Any) -> tuple[int, int] | None:
     return stop, start
 
 
-def _mirror(value: Any) -> str:
-    """A Debian mirror's archive URL; http is fine: the build checks the release's signatures, not the transport."""
-    if value in (None, ""):
-        return DEFAULT_DEBIAN_MIRROR
-    url = str(value).strip().rstrip("/")
-    if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%+-]+)*", url):
-        raise _Bad(
-            "debianMirror",
-            f"{url!r} is not a mirror URL; write e.g. -c debianMirror={DEFAULT_DEBIAN_MIRROR} (http:// or https://, "
-            "the directory that holds dists/ and pool/)",
-        )
-    return url
+def _names(value: Any, option: str) -> tuple[str, ...]:
+    """A list in deploy.toml, or -c name=a,b."""
+    if value in (None, "", []):
+        return ()
+    items = value if isinstance(value, list) else str(value).split(",")
+    names = tuple(str(i).strip() for i in items if str(i).strip())
+    if any(any(c.isspace() for c in n) for n in names):
+        raise _Bad(option, f"{value!r}: names hold no spaces; write e.g. -c {option}=a,b")
+    return names
+
+
+def _mirrors(value: Any) -> tuple[str, ...]:
+    """Debian mirrors' archive URLs, in the order the build probes them; http is fine: the build checks the
+    release's signatures, not the transport."""
+    if value in (None, "", []):
+        return DEFAULT_DEBIAN_MIRRORS
+    items = value if isinstance(value, list) else str(value).split(",")
+    urls = tuple(str(u).strip().rstrip("/") for u in items if str(u).strip())
+    for url in urls:
+        if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%+-]+)*", url):
+            raise _Bad(
+                "debianMirrors",
+                f"{url!r} is not a mirror URL; write e.g. -c debianMirrors={DEFAULT_DEBIAN_MIRRORS[0]},"
+                f"{DEFAULT_DEBIAN_MIRRORS[1]} (http:// or https://, the directory that holds dists/ and pool/)",
+            )
+    return urls
 
 
 def _build_args(value: Any) -> dict[str, str]:

@@ -89,3 +89,16 @@ def plan_service(frame: ProfileFrame | ServingProfile, options: DeployOptions, z
         zones=zones,
         profile=frame if isinstance(frame, ServingProfile) else None,
     )
+
+
+def plan_eks(
+    profiles: dict[str, ServingProfile], options: DeployOptions, zones: tuple[str, ...]
+) -> tuple[ServicePlan, ...]:
+    """EksServingStack's profiles (eksProfiles), by name, each planned as its own stack would be (the Spot rule,
+    minCapacity): the cluster's node groups read them."""
+    unknown = [n for n in options.eks_profiles if n not in profiles]
+    if unknown:
+        raise DeployOptionError(
+            f"eksProfiles: no serving profile named {', '.join(unknown)}; use some of {', '.join(sorted(profiles))}"
+        )
+    return tuple(plan_service(profiles[n], options, zones) for n in options.eks_profiles)

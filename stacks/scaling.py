@@ -16,7 +16,7 @@ from gguf_serve.container.metrics import names
 from stacks.errors import PropsError
 
 
-def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:
+def group_metric(asg: autoscaling.IAutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:
     return cloudwatch.Metric(
         namespace=names.NAMESPACE,
         metric_name=metric_name,
@@ -26,7 +26,7 @@ def group_metric(asg: autoscaling.AutoScalingGroup, metric_name: str, statistic:
     )
 
 
-def group_size(asg: autoscaling.AutoScalingGroup, metric_name: str) -> cloudwatch.Metric:
+def group_size(asg: autoscaling.IAutoScalingGroup, metric_name: str) -> cloudwatch.Metric:
     """EC2 Auto Scaling's own group metrics (GroupInServiceInstances, GroupDesiredCapacity, ...; the group enables
     all of them: group_metrics in stacks/fleet.py), one-minute Maximum."""
     return cloudwatch.Metric(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aws_cdk import Aspects, Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -43,7 +44,7 @@ class ServingStack(Stack):
         api_key = ApiKey(self, "ApiKey")
         image = ImageBuild(
             self, "Image", target=profile.image, build_args=options.image_build_args,
-            arm64_builder=options.arm64_builder, debian_mirror=options.debian_mirror,
+            arm64_builder=options.arm64_builder, debian_mirrors=options.debian_mirrors,
         )  # fmt: skip
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
@@ -62,31 +63,38 @@ class ServingStack(Stack):
             allowed_cidrs=options.allowed_cidrs, certificate_arn=options.certificate_arn,
         )  # fmt: skip
         self.target_group = lb.target_group
-        self._scale_and_watch(plan, fleet, lb)
+        self._scale_and_watch(plan, fleet, lb, api_key)
         self.fleet, self.load_balancer, self.api_key = fleet, lb, api_key
         self._outputs(lb, api_key)
 
-    def _scale_and_watch(self, plan: ServicePlan, fleet: ServingFleet, lb: InferenceLoadBalancer) -> None:
+    def _scale_and_watch(
+        self, plan: ServicePlan, fleet: ServingFleet, lb: InferenceLoadBalancer, api_key: ApiKey
+    ) -> None:
         """Scaling on the fleet's own signals, the wake door of a group that sleeps (with the ALB's 503s as the
         backstop), and the dashboard/alarms."""
         f, options = plan.fleet, plan.options
         no_target_503 = lb.alb.metrics.http_code_elb(
             elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
         )
+        # Scaling policies, their alarms, scheduled actions and the warm pool act on the group: they follow it. What
+        # only watches or wakes it names it (a fixed name, no reference), so CloudFormation creates it in the first
+        # minutes beside the load balancer, and a refusal of any of it comes before the image build and the boot.
         self.scaling = FleetScaling(
             self, "Scaling", capacity=plan.capacity, settings=f.scaling, warmup_s=f.boot.model_load_s,
             off_hours=options.off_hours, wake_on_request=options.wake_on_request, asg=fleet.asg,
             no_target_503=no_target_503,
         )  # fmt: skip
+        named = autoscaling.AutoScalingGroup.from_auto_scaling_group_name(self, "GroupByName", fleet.group_name)
         self.wake_door = None
         if options.wake_on_request:
             self.wake_door = WakeDoor(
-                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=fleet.asg, wake_s=plan.wake_s
-            )
+                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=named, wake_s=plan.wake_s,
+                api_key=api_key.secret,
+            )  # fmt: skip
         self.monitoring = ServiceMonitoring(
             self, "Monitoring", name=self.stack_name, alarms=f.alarms, sleeps=plan.sleeps,
             drain_deadline_s=fleet.drain_deadline_s, has_gpu=plan.hardware.has_gpu, mtp=plan.profile.mtp,
-            asg=fleet.asg, alb=lb.alb, target_group=lb.target_group,
+            asg=named, alb=lb.alb, target_group=lb.target_group,
             wake_answers=self.wake_door.answered if self.wake_door else None,
         )  # fmt: skip
 

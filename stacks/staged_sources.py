@@ -16,8 +16,14 @@ from stacks.image_inputs import DOCKER
 
 
 def default_sources_dir() -> Path:
-    """Where scripts/stage-image-sources.sh stages the llama.cpp sdist and wheels (outside the checkout)."""
-    return cache_root() / "image-sources"
+    """Where scripts/stage-image-sources.sh stages the llama.cpp sdist and wheels (outside the checkout): one folder
+    per set of pins, keyed as the script keys it, so checkouts with other pins do not stage over this one's."""
+    dockerfile = (DOCKER / "x86-64-cpu.Dockerfile").read_text().splitlines(keepends=True)
+    pins = [line for line in dockerfile if re.match(r"ARG LLAMA_CPP_PYTHON_(VERSION|SHA256)=", line)]
+    h = hashlib.sha256("".join(pins).encode())
+    for name in ("requirements-image.txt", "debian-sources.txt"):
+        h.update((DOCKER / name).read_bytes())
+    return cache_root() / "image-sources" / h.hexdigest()[:12]
 
 
 class StagedSources:
@@ -57,10 +63,27 @@ def check_staged_sources(path: Path) -> StagedSources:
         missing = sorted(k for k, v in pins.items() if k.startswith("wheels/") and v not in wheel_hashes)
         if missing:
             problems.append(f"{path / 'wheels'} lacks {', '.join(m.removeprefix('wheels/') for m in missing)}")
+        problems += _sums_problems(path / "wheels")
     if problems:
         # Same template shape without them; `cdk deploy` refuses on the error annotation.
         return StagedSources(DOCKER / "unstaged", hashlib.sha256(b"unstaged").hexdigest(), problems)
     return StagedSources(path, digest, [])
+
+
+def _sums_problems(wheels: Path) -> list[str]:
+    """docker/build-image.sh checks the wheels with `sha256sum -c SHA256SUMS` before it unpacks them: synth requires
+    the same file, naming every staged wheel with its hash, so a deploy never fails there after the base build."""
+    sums = wheels / "SHA256SUMS"
+    try:
+        lines = sums.read_text().splitlines()
+    except OSError:
+        return [f"{sums} is missing"]
+    listed = {}
+    for line in lines:
+        digest, _, name = line.partition("  ")
+        listed[name.lstrip("*")] = digest
+    wrong = sorted(w.name for w in wheels.glob("*.whl") if listed.get(w.name) != _sha256(w))
+    return [f"{sums} does not match {', '.join(wrong)}"] if wrong else []
 
 
 def _sha256(path: Path) -> str | None:

@@ -27,9 +27,11 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as events_targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from gguf_serve.container.names import PRODUCT
+from stacks import lambda_runtimes
 from stacks.errors import PropsError
 from stacks.nag import account_in_finding, acknowledge
 
@@ -54,14 +56,16 @@ class WakeDoor(Construct):
         *,
         listener: elbv2.ApplicationListener,
         servers: elbv2.ApplicationTargetGroup,
-        asg: autoscaling.AutoScalingGroup,
+        asg: autoscaling.IAutoScalingGroup,
         wake_s: int,
+        api_key: secretsmanager.ISecret,
     ) -> None:
         """
         listener: the load balancer's listener; the door adds the one rule every request matches.
         servers: the fleet's target group (weight 1 while an instance is in service).
         asg: the group the door wakes (desired 0 -> 1) and watches.
         wake_s: the profile's expected launch (or warm start) to /health 200: the first Retry-After.
+        api_key: the secret llama-server's key is in: only a request with it wakes the group.
         """
         if not 1 <= wake_s <= MAX_RETRY_AFTER_S:
             raise PropsError(
@@ -72,7 +76,7 @@ class WakeDoor(Construct):
         self.function = lambda_.Function(
             self,
             "Function",
-            runtime=lambda_.Runtime.PYTHON_3_13,
+            runtime=lambda_runtimes.PYTHON,
             handler="index.handler",
             code=lambda_.Code.from_inline(HANDLER.read_text()),
             timeout=Duration.seconds(90),  # a launch event waits up to 60 s for the target's health checks
@@ -108,16 +112,18 @@ class WakeDoor(Construct):
             "SERVERS_TARGET_GROUP_ARN": servers.target_group_arn,
             "WAKE_S": str(wake_s),
             "WOKEN_TAG": WOKEN_TAG,
+            "API_KEY_SECRET_ARN": api_key.secret_arn,
         }
         for key, value in env.items():
             self.function.add_environment(key, value)
         self._grant(asg)
+        api_key.grant_read(self.function)  # the key check before anything wakes
         self._triggers(asg)
         self.answered = self.target_group.metrics.request_count(
             period=Duration.minutes(1), statistic="Sum", label="requests the wake door answered"
         )
 
-    def _grant(self, asg: autoscaling.AutoScalingGroup) -> None:
+    def _grant(self, asg: autoscaling.IAutoScalingGroup) -> None:
         stack = Stack.of(self)
         group_arn = stack.format_arn(
             service="autoscaling",
@@ -152,7 +158,9 @@ class WakeDoor(Construct):
                 ),
             ],
         )
-        group_id = stack.resolve(asg.node.default_child.logical_id)  # type: ignore[union-attr]  # overridden
+        # The group by its fixed name (ServingFleet.group_name), or by a reference to it (<logical id>).
+        child = asg.node.default_child
+        group = f"<{stack.resolve(child.logical_id)}>" if child is not None else asg.auto_scaling_group_name  # type: ignore[attr-defined]
         acknowledge(
             policy,
             "AwsSolutions-IAM5",
@@ -161,7 +169,7 @@ class WakeDoor(Construct):
             findings=[
                 "Resource::*",
                 f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:{account_in_finding(stack)}:"
-                f"autoScalingGroup:*:autoScalingGroupName/<{group_id}>",
+                f"autoScalingGroup:*:autoScalingGroupName/{group}",
             ],
         )
         acknowledge(
@@ -176,7 +184,7 @@ class WakeDoor(Construct):
             "Python 3.13 is supported in the China regions; 3.14 there is not verified by this project.",
         )
 
-    def _triggers(self, asg: autoscaling.AutoScalingGroup) -> None:
+    def _triggers(self, asg: autoscaling.IAutoScalingGroup) -> None:
         target = events_targets.LambdaFunction(self.function, retry_attempts=2)
         events.Rule(
             self,

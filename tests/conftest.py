@@ -37,10 +37,16 @@ def cdk_context() -> dict:
     """The context `cdk synth` sees: cdk.json flags plus pinned cdk.context.json (pytest's App reads neither),
     with the tests' model lock, in which synth's own lookup locked the 27B from the local hub
     (tests/catalog/stand_in.py), and no further lookups: no test reaches for ModelScope
-    (tests/stacks/test_first_synth_lock.py does, on purpose)."""
+    (tests/stacks/test_first_synth_lock.py does, on purpose). The 35B's sha256 stays typed there, so the tests
+    deploy it on purpose (allowTypedLock), as a user without the hub would."""
     from stacks.app import MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT, cli_context
 
-    return {**cli_context(), MODEL_LOCK_CONTEXT: str(_pinned_lock()), MODEL_LOOKUP_CONTEXT: "false"}
+    return {
+        **cli_context(),
+        MODEL_LOCK_CONTEXT: str(_pinned_lock()),
+        MODEL_LOOKUP_CONTEXT: "false",
+        "allowTypedLock": "true",
+    }
 
 
 @functools.cache

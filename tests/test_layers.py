@@ -19,6 +19,8 @@ LAYERS: dict[str, int] = {
     "gguf_serve.container.metrics": 1,
     "gguf_serve.container.hop": 1,
     "gguf_serve.container.launch": 1,
+    "gguf_serve.container.sagemaker": 1,  # the image as a SageMaker container: the hop, launch and metrics above
+    "gguf_serve.container.kube": 1,  # a pod's API key, serve with it, the scaler (they use launch, hop, metrics)
     "gguf_serve.local.hub": 1,  # a local ModelScope-shaped hub (tests, demo, benchmarks)
     "gguf_serve.catalog": 2,  # the data types and their one loader
     "gguf_serve.local": 3,  # the local runner and the demo (they read the catalog)

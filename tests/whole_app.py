@@ -1,7 +1,8 @@
 """The whole-app syntheses the fast tier shares: three option sets, each synthesized once per test session with
 build_app (the CLI's options, feature flags and cdk-nag plugin) and read by every test that needs a whole template
-or assembly. Together the three sets hold every deploy option (test_deploy_options.py checks it); what one option
-does to one construct is tested on that construct alone (tests/stacks/constructs/).
+or assembly. Together the three sets hold every deploy option but EksServingStack's two, which its own synthesis
+holds (tests/stacks/eks/conftest.py; test_deploy_options.py checks it); what one option does to one construct is
+tested on that construct alone (tests/stacks/constructs/).
 
 pytest-xdist workers share them: the first worker that needs a set synthesizes it into the session's shared
 folder under a lock, and the others read that cloud assembly (pytest-xdist's documented way to run a
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from stacks.app import build_app
+from tests.committed import PROFILES
 
 CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
 IAM_CERT = "arn:aws-cn:iam::111122223333:server-certificate/llama-internal"  # China's usual kind: ACM issues none
@@ -39,7 +41,8 @@ OPTION_SETS: dict[str, dict[str, str]] = {
         "allowedCidrs": "10.8.0.0/16,192.168.10.0/24",
         "imageBuildArgs": BUILD_ARGS,
         "arm64Builder": "native",
-        "debianMirror": "http://mirrors.ustc.edu.cn/debian",
+        "debianMirrors": "http://mirrors.ustc.edu.cn/debian,https://mirrors.aliyun.com/debian",
+        "allowTypedLock": "true",
     },
     # Beijing, an account named, CPU stacks on Spot, asleep off hours and woken by a request, HTTPS.
     "beijing-cost-saver": {
@@ -51,6 +54,11 @@ OPTION_SETS: dict[str, dict[str, str]] = {
         "certificateArn": IAM_CERT,
     },
 }
+
+
+# The committed set is the whole default app (the SageMaker stacks too); the other sets change the fleet's options,
+# so they synthesize the EC2 stacks only (the SageMaker stacks build from the committed profiles either way).
+EC2_ONLY = ("ningxia-from-zero", "beijing-cost-saver")
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,9 @@ class WholeApps:
             if not (folder / ".synthesized").is_file():
                 context = {**self._context(), **OPTION_SETS[name]}
                 config = self._shared / "absent-deploy.toml"  # no deploy.toml: the defaults, then OPTION_SETS
-                build_app(context, config_file=config, outdir=str(folder)).synth()  # raises on any cdk-nag finding
+                stack_names = [p.stack_name for p in PROFILES.values()] if name in EC2_ONLY else None
+                app = build_app(context, config_file=config, outdir=str(folder), stack_names=stack_names)
+                app.synth()  # raises on any cdk-nag finding
                 (folder / ".synthesized").touch()
         return Synthesized(name, folder)
 

@@ -1,16 +1,24 @@
-"""Render the boot script. Values may be CDK tokens: they pass through untouched (no filters on them)."""
+"""Render the boot script. Values may be CDK tokens: quoting wraps them whole and never changes their text.
+
+Every value from a profile or the stack reaches the script through the `sh` filter (shell quoting, as
+guardian/cdk's user-data builder quotes its parts) once, into a variable; the script and the units it writes use
+the variables. Profile values are also held to the hub's characters (InstanceSpec), so no quoting is the only guard.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import re
+import shlex
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from gguf_serve.catalog import ServingProfile
+from gguf_serve.catalog import ProfileError, ServingProfile
+from gguf_serve.catalog.names import HUB_SHAPES
 from gguf_serve.container import names
 from gguf_serve.container.launch.preflight import EX_CONFIG
 
@@ -23,6 +31,19 @@ _ENV = jinja2.Environment(
     keep_trailing_newline=True,
     autoescape=False,  # noqa: S701 - shell, not HTML
 )
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def shell_quote(value: object) -> str:
+    """One shell word whatever the value (shlex.quote); a control character (a newline ends a comment or a heredoc
+    line) is refused rather than quoted."""
+    text = str(value)
+    if _CONTROL.search(text):
+        raise ValueError(f"{text!r} holds a control character: not a value for the boot script")
+    return shlex.quote(text)
+
+
+_ENV.filters["sh"] = shell_quote
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,14 @@ class InstanceSpec:
     model_load_s: int  # how long the ready unit waits for /health 200
     drain_deadline_s: int  # the hop's drain deadline
     runtime_json: str  # /etc/gguf-serve/runtime.json: the runtime spec the launcher starts llama-server from
+
+    def __post_init__(self) -> None:
+        for key in ("name", "model_repo", "model_file"):
+            test, allowed = HUB_SHAPES[key.removeprefix("model_")]
+            if not test(getattr(self, key)):
+                raise ProfileError(f"InstanceSpec: {key} {getattr(self, key)!r} is not allowed; allowed: {allowed}")
+        if not (self.stack_name.isascii() and self.stack_name.isalnum()):
+            raise ProfileError(f"InstanceSpec: stack_name {self.stack_name!r} must be letters and digits")
 
     @classmethod
     def of(cls, profile: ServingProfile) -> InstanceSpec:

@@ -23,6 +23,11 @@ class Capacity:
     desired_capacity: int | None = None  # instances at create; None: leave it to scaling
     warm_pool_size: int = 1  # stopped instances that hold the verified model; 0: none. Deploy option warmPool overrides
     rolling_batch: int = 1  # instances a rolling update launches beside the running ones
+    # With the deploy option spot: more instance types for the Spot pools (capacity-optimized across all of them),
+    # each a type of profiles/hardware.toml with the profile's architecture, vCPUs and cores (the same runtime spec)
+    # and checked against the profile's memory plan at load; the instances a deploy or an update waits for are
+    # On-Demand (stacks/fleet.py).
+    spot_instance_types: tuple[str, ...] = ()
 
     def vcpu_plan(self, vcpus_per_instance: int) -> dict[str, int]:
         """vCPUs running at once, against the account's On-Demand (or Spot) vCPU quota.

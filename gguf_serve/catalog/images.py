@@ -41,12 +41,22 @@ APP_DOCKERFILE = "app.Dockerfile"
 ARM64_BUILDERS = ("cross", "native")
 DEFAULT_ARM64_BUILDER = "cross"
 
-# The Debian mirror the image roots are bootstrapped from (deploy option debianMirror). Any mirror is safe: the
-# build checks every Release file against the keyring pinned in docker/keyrings/ and every package against it.
-# Alibaba Cloud's mirror is inside mainland China (https://developer.aliyun.com/mirror/debian) and is what public
-# provisioning scripts for the AWS China regions switch to, because the distributions' default mirrors are
-# abroad; whether a CodeBuild build in cn-northwest-1 reaches it is open until a China account runs one.
-DEFAULT_DEBIAN_MIRROR = "https://mirrors.aliyun.com/debian"
+# The Debian mirrors the image roots may come from, in order (deploy option debianMirrors): the build probes each
+# one's signed release (docker/pick-mirror.sh) and bootstraps from the first that answers and verifies, so any
+# mirror is safe and a mirror that is down, slow to answer or caught mid-sync only costs seconds. All are in
+# mainland China, because the distributions' default mirrors are abroad (public provisioning scripts for the AWS
+# China regions switch apt to them for that reason); each publishes its Debian mirror at the URL below:
+# Alibaba Cloud https://developer.aliyun.com/mirror/debian, Tsinghua TUNA https://mirrors.tuna.tsinghua.edu.cn/help/
+# debian/, USTC https://mirrors.ustc.edu.cn/help/debian.html, Huawei Cloud's mirror site https://mirrors.huaweicloud.com
+# (its Debian path not verified here: the probe skips it if wrong). Which of them a CodeBuild build in cn-northwest-1
+# reaches, and how fast, is open until a China account runs the probe (the build log names the mirror and its rate;
+# gguf-serve-preflight --probe-mirrors).
+DEFAULT_DEBIAN_MIRRORS = (
+    "https://mirrors.aliyun.com/debian",
+    "https://mirrors.tuna.tsinghua.edu.cn/debian",
+    "https://mirrors.ustc.edu.cn/debian",
+    "https://mirrors.huaweicloud.com/debian",
+)
 
 # CloudFormation waits at most this long for a custom resource; ServiceTimeout is "an integer from 1 to 3600"
 # (AWS::CloudFormation::CustomResource, https://docs.amazonaws.cn/en_us/AWSCloudFormation/latest/TemplateReference/
@@ -54,4 +64,22 @@ DEFAULT_DEBIAN_MIRROR = "https://mirrors.aliyun.com/debian"
 # layer's build must finish inside it, with the waiter's polling interval to spare.
 CUSTOM_RESOURCE_MAX_WAIT_S = 3600
 BUILD_POLL_INTERVAL_S = 60
-LAYER_BUILD_TIMEOUT_MIN = 50  # CodeBuild timeout per layer; the waiter gives up at 55 min, CloudFormation at 60
+# CodeBuild's own limit is far above this (timeoutInMinutes 5-2160, CodeBuild API Reference, CreateProject): the
+# custom resource's hour is what binds, so a first deploy runs each stage as its own build under its own resource.
+LAYER_BUILD_TIMEOUT_MIN = 50  # CodeBuild timeout per stage; the waiter gives up at 55 min, CloudFormation at 60
+
+# The build's stages, in order, each its own CodeBuild run and custom resource: the Debian roots (from the mirror,
+# kept in ECR), the llama.cpp base (from those roots), the application layer (on that base).
+BUILD_STAGES = ("roots", "base", "app")
+# Compute per stage (CodeBuild API Reference, ComputeType: LARGE "up to 16 GiB memory and 8 vCPUs", XLARGE "up to
+# 72 GiB memory and 36 vCPUs"), from the modelled times in docker/README.md ("Each stage against its limit"): every
+# stage fits LARGE with at least twice its modelled time to spare, except the CUDA base's compile (about 3,910
+# CPU-s of nvcc, capped at one job per 2.5 GB: 6 jobs on LARGE, about 20 min modelled), which gets XLARGE (28
+# jobs, about 8 min). The account's concurrency quota for each is a pre-flight check.
+DEFAULT_COMPUTE = "BUILD_GENERAL1_LARGE"
+STAGE_COMPUTE: dict[tuple[str, str], str] = {("cuda", "base"): "BUILD_GENERAL1_XLARGE"}
+
+
+def stage_compute(target: ImageTarget, stage: str) -> str:
+    """The CodeBuild compute type a target's stage runs on."""
+    return STAGE_COMPUTE.get((target.name, stage), DEFAULT_COMPUTE)

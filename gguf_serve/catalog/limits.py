@@ -20,6 +20,8 @@ from gguf_serve.catalog.fleet import (
 )
 from gguf_serve.catalog.hardware import Hardware
 from gguf_serve.catalog.models import ModelArtifact
+from gguf_serve.catalog.names import HUB_SHAPES, REVISION
+from gguf_serve.container.names import UPSTREAM_PORT
 from gguf_serve.container.server import ALL_LAYERS, MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
 
 # (low, high, unit): a float field accepts any finite number in range; NaN and infinities never pass.
@@ -44,7 +46,8 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "threads": (1, 896, "threads"),
         "gpu_layers": (0, ALL_LAYERS, "layers (999: all)"),
         "cache_ram_mib": (0, 1_048_576, "MiB"),
-        "port": (1, 65535, "TCP port"),
+        # The hop binds it as the containers' user (no privileged port: 1024 and up) beside llama-server's own.
+        "port": (1024, 65535, f"TCP port, not {UPSTREAM_PORT} (llama-server's, behind the hop)"),
         "n_cpu_moe": (0, ALL_LAYERS, "blocks (999: all)"),
         "queue_per_slot": (0, MAX_QUEUE_PER_SLOT, "waiting requests per slot"),  # the hop's admission control
     },
@@ -116,10 +119,8 @@ FORMATS: dict[type, dict[str, tuple[Any, str]]] = {
         "vpc_cidr": (lambda t: _ipv4_network(t) and 16 <= ipaddress.IPv4Network(t).prefixlen <= 24,
                      "an IPv4 network from /16 to /24, e.g. 10.40.0.0/16"),
     },
-    ModelArtifact: {
-        "repo": (lambda t: t.count("/") == 1 and all(t.split("/")), "a ModelScope repo, owner/name"),
-        "file": (lambda t: bool(t) and not t.startswith("/") and ".." not in t.split("/"), "a path in the repo"),
-    },
+    ModelArtifact: {"repo": HUB_SHAPES["repo"], "file": HUB_SHAPES["file"], "revision": (REVISION.fullmatch,
+                    "a branch, tag or commit of letters, digits, '.', '_', '-', '/'")},
 }  # fmt: skip
 
 
@@ -130,6 +131,8 @@ def check(cls: type, name: str, value: Any, where: str) -> None:
         for text in value if isinstance(value, tuple) else (value,):
             if isinstance(text, str) and not test(text):
                 raise ProfileError(f"{where}.{name}: {text!r} is not allowed; allowed: {allowed}")
+    if cls is ServerSettings and name == "port" and value == UPSTREAM_PORT:
+        raise ProfileError(f"{where}.{name}: {value} is llama-server's port behind the hop; allowed: another")
     low, high, unit = RANGES.get(cls, {}).get(name, (None, None, ""))
     if low is None or value is None or isinstance(value, bool | str):
         return

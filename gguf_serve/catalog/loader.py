@@ -13,6 +13,7 @@ the same messages as gguf_serve.catalog.profiles' validation (memory fit, archit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tomllib
 import types
@@ -26,10 +27,12 @@ from gguf_serve.catalog import limits, model_facts
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.catalog.hardware import Architecture, Hardware
+from gguf_serve.catalog.hosting import SageMakerHosting
 from gguf_serve.catalog.images import IMAGE_TARGETS, ImageTarget
 from gguf_serve.catalog.lockfile import LockedModel, read_lock
 from gguf_serve.catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
 from gguf_serve.catalog.models import ModelArtifact
+from gguf_serve.catalog.names import HUB_SHAPES
 from gguf_serve.catalog.profiles import ServingProfile
 from gguf_serve.container.server import ALL_LAYERS, ServerSettings, Speculative
 
@@ -51,6 +54,8 @@ class Catalog:
     )  # profiles/workstation/*.toml; never stacks
     unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
     unlocked_frames: dict[str, ProfileFrame] = field(default_factory=dict)  # skip_unlocked: stack -> its frame
+    problems: dict[str, str] = field(default_factory=dict)  # tolerant: profile file or "model <name>" -> why not
+    hosting: dict[str, SageMakerHosting] = field(default_factory=dict)  # profiles/sagemaker.toml, by EC2 type
 
     def profile_by_stack(self, stack_name: str) -> ServingProfile:
         for p in self.profiles.values():
@@ -60,45 +65,79 @@ class Catalog:
         raise ProfileError(f"no profile for stack {stack_name!r}: use one of {stacks}")
 
 
-def load_catalog(root: Path = PROFILES_DIR, *, lock_file: Path | None = None, skip_unlocked: bool = False) -> Catalog:
+def load_catalog(
+    root: Path = PROFILES_DIR,
+    *,
+    lock_file: Path | None = None,
+    skip_unlocked: bool = False,
+    tolerant: bool = False,
+    workstations: bool = True,
+    locks: dict[str, LockedModel] | None = None,
+) -> Catalog:
     """skip_unlocked: a profile whose model has no lock entry at all is left out (named in `unlocked`) instead of
-    refused; the app refuses just its stack, and builds the others."""
+    refused; the app refuses just its stack, and builds the others.
+    tolerant: a model or profile that fails is left out and its reason kept in `problems` (a model's reason for
+    each profile that names it), instead of failing the whole catalog. workstations: load profiles/workstation/.
+    locks: these entries instead of the lock file's (a lock not written yet, checked before it is)."""
     if not root.is_dir():
         raise ProfileError(f"no profile folder at {root}: the catalog's data lives in profiles/ at the repo root")
     lock_file = lock_file or root / LOCK_NAME
     hardware = load_hardware(root / "hardware.toml")
-    locks = read_lock(lock_file)
-    models = load_models(root / "models.toml", locks, lock_file)
+    locks = read_lock(lock_file) if locks is None else locks
+    problems: dict[str, str] | None = {} if tolerant else None
+    models = load_models(root / "models.toml", locks, lock_file, problems)
     profiles = {}
     stacks: dict[str, Path] = {}
     unlocked: dict[str, str] = {}
     frames: dict[str, ProfileFrame] = {}
     declared_models = _toml(root / "models.toml")
     for path in sorted((root / "serving").glob("*.toml")):
-        if skip_unlocked and (model := _unlocked_model(path, declared_models, models)):
+        if skip_unlocked and (model := _unlocked_model(path, declared_models, models, problems)):
             unlocked[str(path)] = model
-            frame = load_frame(path, hardware=hardware)
-            if frame.stack_name:
+            frame = _tolerate(problems, path, lambda path=path: load_frame(path, hardware=hardware))
+            if frame is not None and frame.stack_name:
                 frames[frame.stack_name] = frame
             continue
-        p = load_profile(path, hardware=hardware, models=models)
+        p = _tolerate(problems, path, lambda path=path: load_profile(path, hardware=hardware, models=models))
+        if p is None:
+            continue
         if p.stack_name and p.stack_name in stacks:
             raise ProfileError(f"{path}: stack {p.stack_name!r} is already {stacks[p.stack_name]}'s; pick another")
         stacks[p.stack_name] = path
         profiles[p.name] = p
-    cards = load_workstations(root / "hardware.toml")
-    workstation_profiles = {
-        path.stem: load_workstation_profile(path, cards=cards, models=models)
-        for path in sorted((root / "workstation").glob("*.toml"))
-        if not (skip_unlocked and _unlocked_model(path, declared_models, models))
-    }
-    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked, frames)
+    cards = load_workstations(root / "hardware.toml") if workstations else {}
+    workstation_profiles = {}
+    for path in sorted((root / "workstation").glob("*.toml")) if workstations else ():
+        if not (skip_unlocked and _unlocked_model(path, declared_models, models, problems)):
+            w = _tolerate(problems, path, lambda path=path: load_workstation_profile(path, cards=cards, models=models))
+            if w is not None:
+                workstation_profiles[path.stem] = w
+    hosting = load_hosting(root / "sagemaker.toml", hardware) if (root / "sagemaker.toml").exists() else {}
+    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked, frames,
+                   problems or {}, hosting)  # fmt: skip
 
 
-def _unlocked_model(path: Path, declared: dict[str, Any], models: dict[str, ModelArtifact]) -> str:
+def _tolerate(problems: dict[str, str] | None, path: Path, load: Any) -> Any:
+    """load(), or (tolerant) None with the reason kept: the model's own when the profile's model failed."""
+    if problems is None:
+        return load()
+    try:
+        return load()
+    except ProfileError as e:
+        with contextlib.suppress(ProfileError):
+            model = _toml(path).get("model")
+            e = ProfileError(problems.get(f"model {model}", str(e)))
+        problems[str(path)] = str(e)
+        return None
+
+
+def _unlocked_model(
+    path: Path, declared: dict[str, Any], models: dict[str, ModelArtifact], problems: dict[str, str] | None = None
+) -> str:
     """The model a profile file names when it is declared but has no lock entry yet, else ''."""
     model = _toml(path).get("model")
-    return model if isinstance(model, str) and model in declared and model not in models else ""
+    failed = problems is not None and f"model {model}" in problems  # locked but broken: a problem, not unlocked
+    return model if isinstance(model, str) and model in declared and model not in models and not failed else ""
 
 
 # --- files -------------------------------------------------------------------------------------------------------
@@ -144,6 +183,22 @@ def load_hardware(path: Path) -> dict[str, Hardware]:
         out[name] = _build(Hardware, {"instance_type": name, **table}, where,
                            skip={"instance_type", "ami_ssm_parameter", "ami_root_snapshot_gib"})  # fmt: skip
         _check_hardware(out[name], where)
+    return out
+
+
+def load_hosting(path: Path, hardware: dict[str, Hardware]) -> dict[str, SageMakerHosting]:
+    """[hosting."<EC2 type>"] tables: the SageMaker ml type each serving EC2 type runs on (stacks/sagemaker/)."""
+    doc = _toml(path)
+    _only(doc, {"hosting"}, _where(path, "(top level)"))
+    out = {}
+    for ec2_type, table in _table(doc.get("hosting", {}), _where(path, "hosting")).items():
+        where = _where(path, "hosting", ec2_type)
+        _pick(hardware, ec2_type, "instance type", where, "profiles/hardware.toml")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in _table(table, where).items()}
+        hosting = _build(SageMakerHosting, {"ec2_type": ec2_type, **values}, where)
+        if not hosting.ml_type.startswith("ml.") or hosting.physical_cores > hosting.vcpus:
+            raise ProfileError(f"{where}: ml_type must be an ml.* type and physical_cores at most vcpus")
+        out[ec2_type] = hosting
     return out
 
 
@@ -200,47 +255,65 @@ def load_workstations(path: Path) -> dict[str, Hardware]:
 _DECLARED_MODEL = {"repo", "file", "revision", "quantization", "total_params_b", "active_params_b"}
 
 
-def load_models(path: Path, locks: dict[str, LockedModel], lock_file: Path) -> dict[str, ModelArtifact]:
+def load_models(
+    path: Path, locks: dict[str, LockedModel], lock_file: Path, problems: dict[str, str] | None = None
+) -> dict[str, ModelArtifact]:
+    """Every declared model that has a lock entry; with `problems`, one that fails is left out, its reason kept."""
     out = {}
     for name, table in _toml(path).items():
-        where = _where(path, name)
-        declared = {"revision": "master", **_table(table, where)}
-        _only(declared, _DECLARED_MODEL, where)
-        for key in ("repo", "file"):  # before the lock is compared with them: a bad one is refused as itself
-            limits.check(ModelArtifact, key, declared.get(key), where)
-        lock = locks.get(name)
-        if lock is None:
-            continue  # declared, not locked yet: a profile that uses it is refused with what to run
-        if (lock.repo, lock.file, lock.revision) != (declared.get("repo"), declared.get("file"), declared["revision"]):
-            raise ProfileError(
-                f"{lock_file}: {name!r} was locked for {lock.repo}/{lock.file}@{lock.revision} but {path} "
-                f"declares {declared.get('repo')}/{declared.get('file')}@{declared['revision']}; "
-                f"run `gguf-serve-catalog lock {name}`"
-            )
-        facts = lock.header
-        lock_where = _where(lock_file, name, "gguf")
-        values = {
-            **declared,
-            "name": name,
-            "size_bytes": lock.size_bytes,
-            "sha256": lock.sha256,
-            "gguf_architecture": facts["architecture"],
-            "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
-            "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
-            "recurrent_state_bytes_per_slot": model_facts.recurrent_state_bytes(facts, lock_where),
-            "expert_bytes_per_layer": tuple(
-                lock.tensors.get("expert_bytes")
-                or model_facts.estimated_expert_bytes(
-                    facts, lock.size_bytes, declared.get("total_params_b", 0), lock_where
-                )
-            ),
-        }
-        out[name] = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
-        active, total = out[name].active_params_b, out[name].total_params_b
-        if active > total:
-            raise ProfileError(f"{where}.active_params_b: {active} is more than total_params_b ({total}); "
-                               "allowed: at most total_params_b (less means MoE)")  # fmt: skip
+        model = _tolerate(
+            problems, path, lambda name=name, table=table: _load_model(path, name, table, locks, lock_file)
+        )
+        if problems is not None and str(path) in problems:
+            problems[f"model {name}"] = problems.pop(str(path))
+        if model is not None:
+            out[name] = model
     return out
+
+
+def _load_model(
+    path: Path, name: str, table: Any, locks: dict[str, LockedModel], lock_file: Path
+) -> ModelArtifact | None:
+    where = _where(path, name)
+    declared = {"revision": "master", **_table(table, where)}
+    _only(declared, _DECLARED_MODEL, where)
+    if not HUB_SHAPES["name"][0](name):
+        raise ProfileError(f"{where}: model name {name!r} is not allowed; allowed: {HUB_SHAPES['name'][1]}")
+    for key in ("repo", "file", "revision"):  # before the lock is compared with them: refused as themselves
+        limits.check(ModelArtifact, key, declared.get(key), where)
+    lock = locks.get(name)
+    if lock is None:
+        return None  # declared, not locked yet: a profile that uses it is refused with what to run
+    if (lock.repo, lock.file, lock.revision) != (declared.get("repo"), declared.get("file"), declared["revision"]):
+        raise ProfileError(
+            f"{lock_file}: {name!r} was locked for {lock.repo}/{lock.file}@{lock.revision} but {path} "
+            f"declares {declared.get('repo')}/{declared.get('file')}@{declared['revision']}; "
+            f"run `gguf-serve-catalog lock {name}`"
+        )
+    facts = lock.header
+    lock_where = _where(lock_file, name, "gguf")
+    values = {
+        **declared,
+        "name": name,
+        "size_bytes": lock.size_bytes,
+        "sha256": lock.sha256,
+        # Only a listing's commit is fetched by instances; a typed entry has none, and fetches its revision.
+        "commit": lock.commit if lock.locked_from == "listing" else None,
+        "gguf_architecture": facts["architecture"],
+        "has_mtp_layers": model_facts.mtp_layers(facts) > 0,
+        "kv_bytes_per_token": model_facts.kv_bytes_per_token(facts, lock_where),
+        "recurrent_state_bytes_per_slot": model_facts.recurrent_state_bytes(facts, lock_where),
+        "expert_bytes_per_layer": tuple(
+            lock.tensors.get("expert_bytes")
+            or model_facts.estimated_expert_bytes(facts, lock.size_bytes, declared.get("total_params_b", 0), lock_where)
+        ),
+    }
+    model = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
+    active, total = model.active_params_b, model.total_params_b
+    if active > total:
+        raise ProfileError(f"{where}.active_params_b: {active} is more than total_params_b ({total}); "
+                           "allowed: at most total_params_b (less means MoE)")  # fmt: skip
+    return model
 
 
 _PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "server", "fleet"}
@@ -260,6 +333,7 @@ class ProfileFrame:
 
 def load_frame(path: Path, *, hardware: dict[str, Hardware]) -> ProfileFrame:
     doc = _toml(path)
+    name = _profile_name(path)
     where = f"{path}"
     _only(doc, _PROFILE_KEYS, where)
     for key in ("instance_type", "model", "image"):
@@ -271,7 +345,7 @@ def load_frame(path: Path, *, hardware: dict[str, Hardware]) -> ProfileFrame:
     hw = _pick(hardware, doc["instance_type"], "instance type", f"{where}: instance_type", "profiles/hardware.toml")
     image = _pick(IMAGE_TARGETS, doc["image"], "image target", f"{where}: image", "gguf_serve/catalog/images.py")
     fleet = load_fleet(doc.get("fleet", {}), f"{where}: fleet")
-    return ProfileFrame(name=path.stem, stack_name=stack, hardware=hw, image=image, fleet=fleet)
+    return ProfileFrame(name=name, stack_name=stack, hardware=hw, image=image, fleet=fleet)
 
 
 def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
@@ -293,6 +367,8 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
+    where_types = f"{where}: fleet.spot_instance_types"
+    _check_spot_types(frame.fleet, frame.hardware, hardware, models[doc["model"]], where_types)
     return ServingProfile(
         name=frame.name,
         stack_name=frame.stack_name,
@@ -319,12 +395,22 @@ def load_fleet(value: Any, where: str) -> FleetSettings:
                                f"here and set {option} in deploy.toml (or -c {option}=...)")  # fmt: skip
     parts = {name: {f.name for f in fields(part)} for name, part in FleetSettings.parts().items()}
     _only(table, set().union(*parts.values()), where)
+    table = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}  # spot_instance_types
     fleet = FleetSettings(**{
         name: _build(FleetSettings.parts()[name], {k: v for k, v in table.items() if k in keys}, where)
         for name, keys in parts.items()
     })  # fmt: skip
     _check_fleet(fleet, where)
     return fleet
+
+
+def _profile_name(path: Path) -> str:
+    """A profile is named by its file: the name reaches an instance's boot script, so it holds hub characters only."""
+    test, allowed = HUB_SHAPES["name"]
+    if not test(path.stem):
+        raise ProfileError(f"{path}: the profile name {path.stem!r} (the file's name) is not allowed; rename the file "
+                           f"({allowed})")  # fmt: skip
+    return path.stem
 
 
 def _check_fleet(f: FleetSettings, where: str) -> None:
@@ -343,6 +429,24 @@ def _check_fleet(f: FleetSettings, where: str) -> None:
     if c.desired_capacity is not None and c.desired_capacity < c.min_capacity:
         raise ProfileError(f"{where}.desired_capacity: {c.desired_capacity} is less than min_capacity "
                            f"({c.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
+
+
+def _check_spot_types(f: FleetSettings, hw: Hardware, hardware: dict[str, Hardware], model: Any, where: str) -> None:
+    """Each Spot alternative runs the same image and runtime spec as the profile's type, and holds its memory plan."""
+    for name in f.capacity.spot_instance_types:
+        alt = _pick(hardware, name, "instance type", where, "profiles/hardware.toml")
+        same = (alt.architecture, alt.vcpus, alt.physical_cores, alt.has_gpu)
+        if same != (hw.architecture, hw.vcpus, hw.physical_cores, hw.has_gpu):
+            raise ProfileError(
+                f"{where}: {name} ({alt.architecture.value}, {alt.vcpus} vCPUs, {alt.physical_cores} cores) is not "
+                f"shaped like {hw.instance_type} ({hw.architecture.value}, {hw.vcpus} vCPUs, {hw.physical_cores} "
+                "cores): every type of the group runs the same image and runtime spec; pick one of the same shape"
+            )
+        if alt.memory_gib - alt.host_reserve_gib < hw.memory_gib - hw.host_reserve_gib:
+            raise ProfileError(
+                f"{where}: {name} has {alt.memory_gib} GiB of memory, less than {hw.instance_type}'s "
+                f"{hw.memory_gib} GiB that {model.name}'s memory plan was checked against; pick a type with as much"
+            )
 
 
 _WORKSTATION_PROFILE_KEYS = {"workstation", "model", "image", "description", "host_memory_gib", "server"}
@@ -400,7 +504,13 @@ def load_workstation_profile(
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
     return ServingProfile(
-        name=path.stem, stack_name="", hardware=hw, model=model, server=server, image=image, description=description
+        name=_profile_name(path),
+        stack_name="",
+        hardware=hw,
+        model=model,
+        server=server,
+        image=image,
+        description=description,
     )
 
 

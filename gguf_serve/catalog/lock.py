@@ -24,6 +24,11 @@ BLOCK = 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # a Qwen3.6 header (250k-token vocabulary and merges) is about 10 MB
 MAX_TENSORS = 100_000  # a 35B MoE file has about 800; ggml's own limits: 4 dimensions, 64-byte names
 MAX_DIMS, MAX_NAME = 4, 64
+# A lock reads kilobytes of listing and megabytes of header: a hub that cannot give them in this long is down for
+# the purpose (a trickle used to hold `gguf-serve-catalog lock` for minutes: 8 retries of a 30 s rate window).
+LOCK_DEADLINE_S = 120.0
+LOCK_RATE_WINDOW_S = 10.0
+LOCK_RETRIES = 2
 
 
 class HubUnreachable(ProfileError):
@@ -97,17 +102,23 @@ def lock_model(
     endpoint: str | None = None,
     retry: Any = None,
     rate: Any = None,
+    deadline_s: float = LOCK_DEADLINE_S,
 ) -> LockResult:
-    """Pinned facts for one file of a ModelScope repo: listing (size, sha256, commit) + ranged GGUF header.
+    """Pinned facts for one file of a ModelScope repo: listing (size, sha256, commit) + ranged GGUF header + the
+    file's last byte (a listing that overstates the file is not locked).
 
     retry and rate: modelfetch's RetryPolicy and RatePolicy (synth passes a short retry: a hub that is down
-    should cost seconds, not the minutes a download may wait)."""
-    from gguf_serve.container.fetch.errors import FetchError, TransientError
+    should cost seconds, not the minutes a download may wait); deadline_s bounds the whole lock."""
+    from gguf_serve.container.fetch.errors import FetchError, SizeMismatch, TransientError
     from gguf_serve.container.fetch.gguf import GGUFError, read_metadata_from
     from gguf_serve.container.fetch.modelscope import ModelScope
+    from gguf_serve.container.fetch.pace import RatePolicy
+    from gguf_serve.container.fetch.retry import RetryPolicy
 
+    retry = retry or RetryPolicy(attempts=LOCK_RETRIES, cap_s=5.0)
+    rate = rate or RatePolicy(window_s=LOCK_RATE_WINDOW_S, idle_s=LOCK_RATE_WINDOW_S, headers_s=LOCK_RATE_WINDOW_S)
     try:
-        client = ModelScope(endpoint, connections=1, retry=retry, rate=rate)
+        client = ModelScope(endpoint, connections=1, retry=retry, rate=rate, deadline_s=deadline_s)
     except FetchError as e:
         raise ProfileError(f"cannot lock {name}: {e}") from None
     served = _ServedBy(client.pool, client.host)
@@ -127,6 +138,15 @@ def lock_model(
         meta = read_metadata_from(remote, size=listed.size, max_array=1024, label=f"{repo}/{file}")
         tensors = read_tensor_infos(remote, meta["GGUF.tensor_count"], label=f"{repo}/{file}")
         facts = model_facts.header_facts(meta)
+        # The listing's size is what every instance plans its disk by and checks: the file must end there.
+        last = b"".join(client.source(repo, revision, file, listed.size).stream(listed.size - 1, listed.size))
+        if len(last) != 1:
+            raise SizeMismatch(f"{repo}/{file}: no byte at {listed.size - 1:,}")
+    except SizeMismatch as e:
+        raise ProfileError(
+            f"cannot lock {name}: {client.host} lists {file} at {listed.size:,} bytes but the file does not end "
+            f"there ({e}); a listing that disagrees with its file is not locked: try again later"
+        ) from None
     except (
         TransientError
     ) as e:  # a FetchError is permanent; this one is the network's (gguf_serve.container.fetch.errors)

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.model_facts import check_ceilings
+from gguf_serve.catalog.names import HUB_SHAPES, REVISION
 
 LOCKED_FROM = ("listing", "typed")
 GIB = 1024**3
@@ -152,9 +154,13 @@ def _check_values(table: dict[str, Any], where: str) -> None:
             datetime.date.fromisoformat(table["locked_at"])
         except ValueError:
             raise bad("locked_at", f"{table['locked_at']!r} is not a date", "YYYY-MM-DD (UTC)") from None
-    for key in ("repo", "file", "revision"):
-        if not table[key] or (key == "repo" and table[key].count("/") != 1):
-            raise bad(key, f"{table[key]!r}", "owner/name" if key == "repo" else "a non-empty string")
+    for key in ("repo", "file"):
+        if not HUB_SHAPES[key][0](table[key]):
+            raise bad(key, f"{table[key]!r} is not allowed", HUB_SHAPES[key][1])
+    if not table["revision"] or not REVISION.fullmatch(table["revision"]):
+        raise bad(
+            "revision", f"{table['revision']!r}", "a branch, tag or commit of letters, digits, '.', '_', '-', '/'"
+        )
     for key, value in table["gguf"].items():
         lowest = 1 if key in ("block_count", "context_length", "embedding_length") else 0
         values = value if isinstance(value, list) else [value]
@@ -163,6 +169,7 @@ def _check_values(table: dict[str, Any], where: str) -> None:
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= lowest for v in values):
             raise bad(f"gguf.{_key(key)}", f"{value!r}", f"{'a positive' if lowest else 'a non-negative'} integer "
                       "(or one per layer), as the GGUF header gives it")  # fmt: skip
+    check_ceilings(table["gguf"], f"{where}.gguf")  # after the types: each value is a whole number here
 
 
 def render_lock(entries: dict[str, LockedModel]) -> str:

@@ -55,12 +55,27 @@ def stack_models(root: Path) -> dict[str, str]:
     return out
 
 
+def stack_files(root: Path) -> dict[str, Path]:
+    """stack name -> its profile file (the file a refusal names)."""
+    from gguf_serve.catalog.loader import _toml
+
+    out = {}
+    for path in sorted((root / "serving").glob("*.toml")):
+        try:
+            stack = _toml(path).get("stack")
+        except ProfileError:
+            continue
+        if isinstance(stack, str) and stack:
+            out[stack] = path
+    return out
+
+
 def lock_and_commit(
     name: str, *, root: Path, lock_file: Path, endpoint: str | None = None, retry: Any = None, rate: Any = None
 ) -> LockResult:
     """Lock a declared model and write its entry; nothing is written unless the catalog can build the model
-    from it (header facts complete, the declaration matches)."""
-    from gguf_serve.catalog.loader import _toml, load_models
+    from it (header facts complete, the declaration matches) and no other part of the catalog breaks."""
+    from gguf_serve.catalog.loader import _toml
 
     declared = _toml(root / "models.toml")
     if name not in declared:
@@ -73,11 +88,30 @@ def lock_and_commit(
     result = lock_model(name, repo=d["repo"], file=d["file"], revision=revision, endpoint=endpoint, retry=retry,
                         rate=rate)  # fmt: skip
 
-    def buildable(entries: dict[str, LockedModel]) -> None:
-        load_models(root / "models.toml", {name: entries[name]}, lock_file)
-
-    commit_entry(lock_file, result.entry, validate=buildable)
+    commit_entry(lock_file, result.entry, validate=improves(name, root, lock_file))
     return result
+
+
+def improves(name: str, root: Path, lock_file: Path) -> Callable[[dict[str, LockedModel]], None]:
+    """The check a new lock entry passes before it is written: the model builds from it, and the whole catalog
+    (every model, serving and workstation profile) has no problem it did not have before; else ProfileError, and
+    the lock file stays as it is (commit_entry)."""
+    from gguf_serve.catalog.loader import load_catalog, load_models
+
+    def check(entries: dict[str, LockedModel]) -> None:
+        load_models(root / "models.toml", {name: entries[name]}, lock_file)
+        before = load_catalog(root, lock_file=lock_file, skip_unlocked=True, tolerant=True).problems
+        after = load_catalog(root, lock_file=lock_file, skip_unlocked=True, tolerant=True, locks=entries).problems
+        new = {where: why for where, why in after.items() if where not in before}
+        if new:
+            where, why = next(iter(new.items()))
+            more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
+            raise ProfileError(
+                f"the listing's facts for {name} would break {where}{more}: {why}; {lock_file} is left as it was: "
+                f"change the profile (or the model declared) so it fits, then lock again"
+            )
+
+    return check
 
 
 def resolve_locks(
@@ -86,11 +120,15 @@ def resolve_locks(
     root: Path,
     lock_file: Path,
     lookups: bool = True,
+    allow_typed: bool = False,
     endpoint: str | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Resolution:
     """Lock every wanted model that has no listing lock; see the module docstring. Opens no socket when each
-    wanted model has one (or when lookups is False: `-c modelLookup=false`)."""
+    wanted model has one (or when lookups is False: `-c modelLookup=false`).
+
+    allow_typed: a typed sha256 that could not be checked against a listing deploys (the deploy option
+    allowTypedLock, said in one line); otherwise its stacks are refused, as an unlocked model's are."""
     from gguf_serve.catalog.loader import _toml
 
     say = say or (lambda line: print(line, file=sys.stderr))
@@ -100,6 +138,9 @@ def resolve_locks(
         d = declared.get(name)
         if not isinstance(d, dict):
             continue  # the loader refuses the profile that names it, with file and key
+        if bad := _bad_name(d, root / "models.toml", name):
+            out.refused[name] = bad  # never sent to a hub, never locked: the loader refuses it the same way
+            continue
         entry = read_lock(lock_file).get(name)
         current = (d.get("repo"), d.get("file"), d.get("revision", "master"))
         if entry is not None and (entry.repo, entry.file, entry.revision) != current:
@@ -110,7 +151,8 @@ def resolve_locks(
         command = f"`gguf-serve-catalog lock {name}`"
         if not lookups:
             if typed_sha:
-                out.unchecked[name] = f"{name}'s sha256 in {lock_file} is typed, not checked: lookups are off"
+                _typed(out, name, f"{name}'s sha256 in {lock_file} is typed, not checked: lookups are off", allow_typed,
+                       say)  # fmt: skip
             else:
                 out.refused[name] = (
                     f"model {name} has no lock from ModelScope's listing in {lock_file} and lookups are off "
@@ -129,10 +171,8 @@ def resolve_locks(
                              entry)  # fmt: skip
         except HubUnreachable as e:
             if typed_sha:
-                # A line, not a warning annotation: the CLI (2.1148) fails a selected stack with any annotation
-                # while another stack of the assembly carries an error.
-                out.unchecked[name] = f"{name}'s typed sha256 in {lock_file} was not checked against the listing: {e}"
-                say(f"{out.unchecked[name]}; the instance still verifies the file before serving")
+                why = f"{name}'s typed sha256 in {lock_file} was not checked against the listing: {e}"
+                _typed(out, name, why, allow_typed, say)
             else:
                 out.refused[name] = (
                     f"{e}. Synth reads {hub}'s file listing and the GGUF header once, to pin the sha256 every "
@@ -143,6 +183,12 @@ def resolve_locks(
         except ProfileError as e:
             out.refused[name] = str(e)
             continue
+        except OSError as e:  # the listing answered, but the lock file cannot be written (a read-only checkout)
+            out.refused[name] = (
+                f"model {name} was read from {hub}'s listing but {lock_file} cannot be written ({e.strerror or e}); "
+                f"run synth in a writable checkout, or pass -c modelLock=<a writable copy of the file>"
+            )
+            continue
         finally:
             fetch_log.setLevel(level)
         out.locked[name] = result
@@ -150,6 +196,31 @@ def resolve_locks(
         say(f"locked {name}: {e.repo} commit {e.commit or 'not listed'}, {e.size_bytes:,} bytes, sha256 {e.sha256} "
             f"(from {e.served_by}); wrote {lock_file}: commit this file")  # fmt: skip
     return out
+
+
+def _bad_name(declared: dict[str, Any], path: Path, name: str) -> str:
+    from gguf_serve.catalog.names import HUB_SHAPES
+
+    for key in ("repo", "file"):
+        value = declared.get(key)
+        test, allowed = HUB_SHAPES[key]
+        if not isinstance(value, str) or not test(value):
+            return f"{path}: {name!r}.{key}: {value!r} is not allowed; allowed: {allowed}"
+    return ""
+
+
+def _typed(out: Resolution, name: str, why: str, allow: bool, say: Callable[[str], None]) -> None:
+    """A typed sha256 nobody checked against a listing deploys only on purpose, and then says so in one line."""
+    if allow:
+        # A line, not a warning annotation: the CLI (2.1148) fails a selected stack with any annotation while
+        # another stack of the assembly carries an error.
+        out.unchecked[name] = why
+        say(f"{why}; deploying it anyway (allowTypedLock = true); the instance still verifies the file before serving")
+    else:
+        out.refused[name] = (
+            f"{why}. Its stacks deploy once a synth reaches the hub (it locks the model from the listing), or on "
+            "purpose with -c allowTypedLock=true (deploy.toml: allowTypedLock = true)"
+        )
 
 
 def _hub(resolve: Callable[[], str]) -> str:
@@ -174,8 +245,5 @@ def _lookup(
             f"size {live.size_bytes:,} bytes; the typed values are wrong or the file changed: check, then run "
             f"`gguf-serve-catalog lock {name}` to pin the listing's, and commit {lock_file}"
         )
-    from gguf_serve.catalog.loader import load_models
-
-    commit_entry(lock_file, live, validate=lambda entries: load_models(root / "models.toml", {name: entries[name]},
-                                                                       lock_file))  # fmt: skip
+    commit_entry(lock_file, live, validate=improves(name, root, lock_file))
     return probe

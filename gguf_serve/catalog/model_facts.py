@@ -19,6 +19,11 @@ DEFAULT_FULL_ATTENTION_INTERVAL = 4  # llama.cpp's default for qwen35/qwen35moe 
 # ("\\.ffn_(up|down|gate|gate_up)_(ch|)exps", common/common.h, b11312) behind `blk\\.<i>`, searched in the name.
 EXPERT_TENSOR = re.compile(r"blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 EXPERT_MATRICES = 3  # gate, up and down projections per expert
+# llama.cpp refuses a model past these (src/llama-hparams.h LLAMA_MAX_LAYERS and LLAMA_MAX_EXPERTS, asserted in
+# src/llama-model.cpp, pinned build): a header that claims more is not a model llama-server loads, and planning
+# per layer from it would allocate without bound (a block_count of 10^9 took gigabytes).
+MAX_LAYERS, MAX_EXPERTS = 512, 1024
+CEILINGS = {"block_count": MAX_LAYERS, "expert_count": MAX_EXPERTS}
 
 # The header keys the lock records: enough for the memory plan, the MTP check and a reader's picture of the model.
 HEADER_KEYS = (
@@ -55,7 +60,21 @@ def header_facts(meta: dict[str, Any]) -> dict[str, Any]:
             continue
         if isinstance(value, int) or (isinstance(value, list) and all(isinstance(v, int) for v in value)):
             facts[key] = value
+    check_ceilings(facts, "the GGUF header")
     return facts
+
+
+def check_ceilings(facts: dict[str, Any], where: str) -> None:
+    """Layer and expert counts llama.cpp can load; nextn (MTP) layers are among the blocks, used experts among all."""
+    for key, most in CEILINGS.items():
+        value = facts.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > most:  # a bad low value: the loader
+            raise ProfileError(f"{where}: {key} = {value:,} is more than llama.cpp loads ({most}); not a model file")
+    pairs = (("nextn_predict_layers", "block_count"), ("expert_used_count", "expert_count"))
+    for part, whole in pairs:
+        a, b = facts.get(part), facts.get(whole)
+        if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and a > b:
+            raise ProfileError(f"{where}: {part} = {a:,} is more than {whole} = {b:,}; not a model file")
 
 
 def _int(facts: dict[str, Any], key: str, where: str, default: int | None = None) -> int:

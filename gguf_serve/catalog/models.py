@@ -21,6 +21,7 @@ class ModelArtifact:
     kv_bytes_per_token: int  # f16 K+V over the full-attention layers only (computed: gguf_serve.catalog.model_facts)
     recurrent_state_bytes_per_slot: int = 0  # linear-attention state, fixed per slot (computed)
     revision: str = "master"  # content is pinned by sha256 where known
+    commit: str | None = None  # the listing's commit of the file when locked from a listing: what instances fetch
     quantization: str = "Q4_K_M"
     expert_bytes_per_layer: tuple[
         int, ...

@@ -127,6 +127,7 @@ class ServingProfile:
             repo=m.repo,
             file=m.file,
             revision=m.revision,
+            commit=m.commit,
             size_bytes=m.size_bytes,
             sha256=m.sha256,
             gguf_architecture=m.gguf_architecture,
@@ -163,7 +164,10 @@ class ServingProfile:
 
 
 def _fleet_from_json(d: dict[str, Any]) -> FleetSettings:
-    return FleetSettings(**{name: part(**d[name]) for name, part in FleetSettings.parts().items()})
+    def part(kind: type, values: dict[str, Any]) -> Any:  # JSON arrays (spot_instance_types): tuples again
+        return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+    return FleetSettings(**{name: part(kind, d[name]) for name, kind in FleetSettings.parts().items()})
 
 
 def build_profile(

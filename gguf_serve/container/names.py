@@ -26,6 +26,10 @@ CONFIG_DIR = f"/etc/{PRODUCT}"  # host; mounted read-only at the same path in ev
 RUNTIME_SPEC_PATH = (
     f"{CONFIG_DIR}/runtime.json"  # gguf_serve.container.spec.RuntimeSpec, the only profile an instance gets
 )
+# Where no file can be mounted (a SageMaker model), the runtime spec's JSON travels in this variable instead
+RUNTIME_SPEC_ENV = "GGUF_SERVE_RUNTIME_SPEC"
+# The port SageMaker gives the container (gguf_serve/container/sagemaker/contract.py says where that is written)
+SAGEMAKER_PORT_ENV = "SAGEMAKER_BIND_TO_PORT"
 HOST_MODEL_DIR = f"/opt/{PRODUCT}/models"
 CONTAINER_MODEL_DIR = "/models"
 RUN_DIR = f"/run/{PRODUCT}"  # tmpfs, 0700: the API key, written at each server start

@@ -22,6 +22,7 @@ SCHEMA = "gguf-serve-runtime/1"
 # ServerSettings fields added after schema 1 shipped, with the default an older spec means: left out of a spec
 # when they hold it, so a profile that does not use them keeps its spec, user data and release id.
 _ADDED_SERVER_FIELDS = {"n_cpu_moe": 0, "queue_per_slot": 4}
+_ADDED_MODEL_FIELDS = {"commit": None}
 
 
 class RuntimeSpecError(ValueError):
@@ -40,6 +41,7 @@ class RuntimeModel:
     sha256: str | None
     gguf_architecture: str  # general.architecture the file must declare
     has_mtp_layers: bool  # <arch>.nextn_predict_layers > 0
+    commit: str | None = None  # the listing's commit at lock time: fetched instead of the revision (a branch)
 
     @property
     def local_name(self) -> str:
@@ -66,6 +68,9 @@ class RuntimeSpec:
         for key, default in _ADDED_SERVER_FIELDS.items():  # written only when set: older specs stay byte-identical
             if doc["server"][key] == default:
                 del doc["server"][key]
+        for key, default in _ADDED_MODEL_FIELDS.items():
+            if doc["model"][key] == default:
+                del doc["model"][key]
         return json.dumps({"schema": SCHEMA, **doc}, sort_keys=True)
 
     @classmethod
@@ -110,6 +115,12 @@ class RuntimeSpec:
             raise RuntimeSpecError(f"{source}: MTP is on but {self.model.file} has no MTP layers")
         if self.model.sha256 is not None and len(self.model.sha256) != 64:
             raise RuntimeSpecError(f"{source}: model.sha256 must be 64 hex digits")
+        if self.model.commit is not None and not _is_commit(self.model.commit):
+            raise RuntimeSpecError(f"{source}: model.commit must be 40 hex digits (the listing's commit)")
+
+
+def _is_commit(text: str) -> bool:
+    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
 
 
 def _section(doc: dict[str, Any], key: str, source: str) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""`gguf-serve-preflight [Stack ...]`: one table (check, result, what to do); exit 1 on a blocker, 2 on bad input."""
+"""`gguf-serve-preflight [Stack ...] [--probe-mirrors]`: one table (check, result, what to do); exit 1 on a blocker,
+2 on bad input. Every check reads only; --probe-mirrors also runs the build's mirror probe in CodeBuild (it creates
+and deletes a project and a role, and costs a few build minutes: gguf_serve/preflight/mirror_probe.py)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,25 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gguf_serve.errors import InputError
 from gguf_serve.preflight.checks import Result, Status, run_checks
+from gguf_serve.preflight.eks import eks_plan_from, run_eks_checks
+from gguf_serve.preflight.mirror_probe import ProbeBuild, probe_mirrors
 from gguf_serve.preflight.plan import deploy_plan
+from gguf_serve.preflight.sagemaker import endpoint_checks
+from stacks.eks.stack import STACK_NAME as EKS_STACK
 
 
 def main(argv: list[str] | None = None, *, session=None) -> int:
     parser = argparse.ArgumentParser(prog="gguf-serve-preflight", description=__doc__)
     parser.add_argument("stacks", nargs="*", help="stacks to check (default: all)")
-    parser.add_argument("--profile", help="AWS CLI profile (read-only access is enough)")
+    parser.add_argument("--profile", help="AWS CLI profile (read-only access is enough but for --probe-mirrors)")
     parser.add_argument(
         "-c", "--context", action="append", default=[], metavar="KEY=VALUE",
         help="a deploy option for this run, as `cdk deploy -c` takes it (e.g. spot=true); repeatable",
+    )  # fmt: skip
+    parser.add_argument(
+        "--probe-mirrors", action="store_true",
+        help="also run docker/pick-mirror.sh in a CodeBuild build against each of debianMirrors (NOT read-only: "
+        "creates and deletes a CodeBuild project and an IAM role without permissions; a few build minutes)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     context = {}
@@ -27,23 +38,44 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
         if not sep or not key:
             parser.error(f"-c takes KEY=VALUE, got {pair!r}")
         context[key] = value
+    eks = EKS_STACK in args.stacks
+    stacks_wanted = [s for s in args.stacks if s != EKS_STACK]
     try:
-        plan = deploy_plan(args.stacks or None, context=context)
+        plan = deploy_plan(stacks_wanted or None, context=context) if stacks_wanted or not eks else None
+        cluster = eks_plan_from(context) if eks else None
     except InputError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
+    region = plan.region if plan else cluster.region  # type: ignore[union-attr]
     if session is None:
         import boto3
 
-        session = boto3.Session(profile_name=args.profile, region_name=plan.region)
+        session = boto3.Session(profile_name=args.profile, region_name=region)
     try:
-        account = session.client("sts", region_name=plan.region).get_caller_identity()["Account"]
+        account = session.client("sts", region_name=region).get_caller_identity()["Account"]
     except (BotoCoreError, ClientError) as e:
-        print(f"error: cannot reach the account ({e}); configure credentials for {plan.region}", file=sys.stderr)
+        print(f"error: cannot reach the account ({e}); configure credentials for {region}", file=sys.stderr)
         return 2
-    stacks = ", ".join(s.stack_name for s in plan.stacks)
-    print(f"Pre-flight for {stacks} in account {account}, {plan.region} (read-only)\n")
-    results = run_checks(plan, lambda service: session.client(service, region_name=plan.region))
+    probe = ProbeBuild.for_plan(plan) if args.probe_mirrors and plan else None
+    if args.probe_mirrors and probe is None:
+        print("error: --probe-mirrors: no selected stack builds an x86 image; select one that does", file=sys.stderr)
+        return 2
+    names = [s.stack_name for s in (*plan.stacks, *plan.endpoints)] if plan else []
+    stacks = ", ".join([*names, EKS_STACK] if cluster else names)
+    mode = "read-only checks, then the mirror probe" if probe else "read-only"
+    print(f"Pre-flight for {stacks} in account {account}, {region} ({mode})")
+    if probe:
+        print(probe.describe())
+    print()
+
+    def client(service: str):
+        return session.client(service, region_name=region)
+
+    results = run_checks(plan, client) if plan else []
+    results += endpoint_checks(plan.endpoints, region, client) if plan else []
+    results += run_eks_checks(cluster, client) if cluster else []
+    if probe and plan:
+        results += probe_mirrors(plan, client, build=probe, progress=lambda line: print(line, file=sys.stderr))
     print(render(results))
     blockers = sum(r.status is Status.BLOCKER for r in results)
     print(f"\n{blockers} blocker(s), {sum(r.status is Status.WARN for r in results)} warning(s)")

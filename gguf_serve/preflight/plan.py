@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gguf_serve.catalog.hosting import sagemaker_stack_name
 from gguf_serve.catalog.loader import PROFILES_DIR
 from gguf_serve.catalog.lookup import stack_models
 from stacks.app import build_app, cli_context, plan_app
 from stacks.options import DEPLOY_CONFIG
+from stacks.plan import ServicePlan
+from stacks.sagemaker.stack import SageMakerStack
 
 # Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
 # G and VT. L-1216C47A is shown by name in the AWS CLI User Guide's Service Quotas examples (docs.amazonaws.cn);
@@ -19,6 +23,16 @@ STANDARD_ON_DEMAND = "L-1216C47A"
 G_AND_VT_ON_DEMAND = "L-DB2E81BA"
 STANDARD_SPOT = "L-34B43A08"
 G_AND_VT_SPOT = "L-3819A6DF"
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """What a stack's VPC adds to the region's network quotas when the stack is created."""
+
+    vpcs: int = 0
+    internet_gateways: int = 0
+    elastic_ips: int = 0
+    nat_gateways: tuple[tuple[str, int], ...] = ()  # (zone, NAT gateways placed in it)
 
 
 @dataclass(frozen=True)
@@ -32,9 +46,25 @@ class StackPlan:
     vcpus: dict[str, int]  # create / update / scale_out
     quota_code: str
     build_images: tuple[tuple[str, str, str], ...]  # CodeBuild (environment type, image, compute type)
-    endpoint_services: tuple[str, ...]
+    endpoint_services: tuple[tuple[str, tuple[str, ...]], ...]  # (service name, zones of its subnets; () gateway)
     bootstrap_version: int  # the lowest CDK bootstrap stack version the template accepts
     functions: tuple[str, ...] = ()  # Lambda functions' logical ids (the image build's trigger, WakeDoor...)
+    network: NetworkPlan = NetworkPlan()
+
+
+@dataclass(frozen=True)
+class EndpointPlan:
+    stack_name: str
+    ml_type: str
+    min_instances: int
+    max_instances: int
+    inference_ami: str | None
+    price_cny_per_hour: float
+    price_is_estimate: bool
+    build_images: tuple[tuple[str, str, str], ...]  # the image build's and the model staging's CodeBuild
+    endpoint_services: tuple[tuple[str, tuple[str, ...]], ...]  # as StackPlan's
+    bootstrap_version: int
+    functions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,6 +72,8 @@ class DeployPlan:
     region: str
     stacks: tuple[StackPlan, ...]
     refused: tuple[tuple[str, str], ...] = ()  # (stack, why) the CLI refuses; planned and checked all the same
+    endpoints: tuple[EndpointPlan, ...] = ()  # the SageMaker stacks named (gguf_serve/preflight/sagemaker.py)
+    debian_mirrors: tuple[str, ...] = ()  # the deploy option debianMirrors, in the order the build probes them
 
 
 def deploy_plan(
@@ -54,16 +86,19 @@ def deploy_plan(
     services, bootstrap version, functions) from the synthesized template."""
     ctx = {**cli_context(), **(context or {})}
     stacks = stack_models(PROFILES_DIR)
-    unknown = set(stack_names or ()) - set(stacks)
+    known = [*stacks, *(sagemaker_stack_name(n) for n in stacks)]  # a SageMaker twin is checked when named
+    unknown = set(stack_names or ()) - set(known)
     if unknown:
-        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(stacks)}")
+        raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(known)}")
     app_plan = plan_app(ctx, config_file=config_file, stack_names=stack_names or list(stacks))
-    assembly = build_app(ctx, plan=app_plan, annotate_refusals=False).synth()
+    app = build_app(ctx, plan=app_plan, annotate_refusals=False)
+    assembly = app.synth()
     templates = {s.stack_name: s.template for s in assembly.stacks}
     images: dict[str, tuple[tuple[str, str, str], ...]] = {}  # image target -> its CodeBuild environments
     for name, service in app_plan.services.items():
         if service.profile is not None:
             images[service.image.name] = tuple(_build_images(templates[name]))
+    region = app_plan.options.region
     plans = [
         StackPlan(
             stack_name=name,
@@ -73,20 +108,54 @@ def deploy_plan(
             root_volume_gib=service.root_volume_gib,
             zones=tuple(sorted(service.vpc_zones)),
             vcpus=service.vcpu_plan(),
-            quota_code=_quota_code(service.hardware.has_gpu, service.spot),
+            quota_code=quota_code(service.hardware.has_gpu, service.spot),
             build_images=images.get(service.image.name, ()),  # an unlocked stack: those of its image target
-            endpoint_services=tuple(sorted(_endpoint_services(templates[name], app_plan.options.region))),
+            endpoint_services=tuple(sorted(_endpoint_services(templates[name], region))),
             bootstrap_version=_bootstrap_version(templates[name]),
             functions=tuple(_functions(templates[name])),
+            network=_network(templates[name]) if service.profile is not None else _unbuilt_network(service),
         )
         for name, service in app_plan.services.items()
     ]
+    endpoints = [
+        _endpoint_plan(stack, templates[stack.stack_name], region)
+        for stack in app.node.children
+        if isinstance(stack, SageMakerStack)
+    ]
     return DeployPlan(
-        region=app_plan.options.region, stacks=tuple(plans), refused=tuple(sorted(app_plan.refusals.items()))
+        region=region,
+        stacks=tuple(plans),
+        refused=tuple(sorted(app_plan.refusals.items())),
+        endpoints=tuple(endpoints),
+        debian_mirrors=app_plan.options.debian_mirrors,
     )
 
 
-def _quota_code(gpu: bool, spot: bool) -> str:
+def _unbuilt_network(service: ServicePlan) -> NetworkPlan:
+    """The VPC a stack whose model is not locked yet will create (its template is empty until then): one VPC and
+    internet gateway, and its NAT gateways (and their addresses) in the first zones, as ec2.Vpc places them."""
+    nat = service.fleet.network.nat_gateways
+    return NetworkPlan(1, 1, nat, tuple((z, 1) for z in service.vpc_zones[:nat]))
+
+
+def _endpoint_plan(stack: SageMakerStack, template: dict, region: str) -> EndpointPlan:
+    plan, hosting = stack.plan, stack.hosting
+    return EndpointPlan(
+        stack_name=stack.stack_name,
+        ml_type=plan.ml_type,
+        min_instances=plan.min_instances,
+        max_instances=plan.max_instances,
+        inference_ami=plan.inference_ami,
+        price_cny_per_hour=hosting.on_demand_cny_per_hour,
+        price_is_estimate=hosting.price_is_estimate,
+        build_images=tuple(_build_images(template)),
+        endpoint_services=tuple(sorted(_endpoint_services(template, region))),
+        bootstrap_version=_bootstrap_version(template),
+        functions=tuple(_functions(template)),
+    )
+
+
+def quota_code(gpu: bool, spot: bool) -> str:
     if spot:
         return G_AND_VT_SPOT if gpu else STANDARD_SPOT
     return G_AND_VT_ON_DEMAND if gpu else STANDARD_ON_DEMAND
@@ -100,20 +169,37 @@ def _functions(template: dict) -> list[str]:
     return sorted(name for name, r in template["Resources"].items() if r["Type"] == "AWS::Lambda::Function")
 
 
+def _subnet_zone(template: dict, ref: dict) -> str:
+    return template["Resources"][ref["Ref"]]["Properties"]["AvailabilityZone"]
+
+
+def _network(template: dict) -> NetworkPlan:
+    nat = Counter(_subnet_zone(template, p["SubnetId"]) for p in _resources(template, "AWS::EC2::NatGateway"))
+    return NetworkPlan(
+        vpcs=len(_resources(template, "AWS::EC2::VPC")),
+        internet_gateways=len(_resources(template, "AWS::EC2::InternetGateway")),
+        elastic_ips=len(_resources(template, "AWS::EC2::EIP")),
+        nat_gateways=tuple(sorted(nat.items())),
+    )
+
+
 def _build_images(template: dict) -> list[tuple[str, str, str]]:
     envs = [p["Environment"] for p in _resources(template, "AWS::CodeBuild::Project")]
     return sorted({(e["Type"], e["Image"], e["ComputeType"]) for e in envs if isinstance(e.get("Image"), str)})
 
 
-def _endpoint_services(template: dict, region: str) -> set[str]:
-    names = set()
+def _endpoint_services(template: dict, region: str) -> set[tuple[str, tuple[str, ...]]]:
+    """Each endpoint's service name and the zones of its subnets (an interface endpoint has a network interface in
+    each; a gateway endpoint has none)."""
+    services = set()
     for props in _resources(template, "AWS::EC2::VPCEndpoint"):
         name = props["ServiceName"]
         if isinstance(name, dict):  # {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}
             parts = name["Fn::Join"][1]
             name = "".join(region if p == {"Ref": "AWS::Region"} else p for p in parts)
-        names.add(name)
-    return names
+        zones = sorted({_subnet_zone(template, ref) for ref in props.get("SubnetIds", [])})
+        services.add((name, tuple(zones)))
+    return services
 
 
 def _bootstrap_version(template: dict) -> int:

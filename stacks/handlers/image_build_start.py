@@ -22,6 +22,7 @@ def handler(event, context):
     build = boto3.client("codebuild").start_build(
         projectName=props["ProjectName"],
         environmentVariablesOverride=[{"name": "STAGE", "value": props["Stage"], "type": "PLAINTEXT"}],
+        computeTypeOverride=props["ComputeType"],
     )["build"]
     print(f"started {build['id']} for image tag {tag} ({props['Stage']})")
     return {"PhysicalResourceId": tag, "Data": {"BuildId": build["id"]}}

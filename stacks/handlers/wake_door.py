@@ -1,8 +1,11 @@
 """The front door of a group at zero (stacks/wake_door.py). One function, three callers:
 
-- the load balancer, while the listener's rule sends requests here (no instance in service): the request gets
-  503 with Retry-After (the wake-up's expected time left) and an OpenAI-shaped error, and a group at zero is set
-  to one instance at once (SetDesiredCapacity), the first request's wake-up time written on the group as a tag;
+- the load balancer, while the listener's rule sends requests here (no instance in service): a request with the API
+  key gets 503 with Retry-After (the wake-up's expected time left) and an OpenAI-shaped error, and a group at zero is
+  set to one instance at once (SetDesiredCapacity), the first request's wake-up time written on the group as a tag.
+  A request without the key gets llama-server's own 401 and wakes nothing (the key is checked as llama-server checks
+  it: Authorization, else X-Api-Key, one leading "Bearer "); a health check gets 503 and wakes nothing; when AWS
+  throttles or fails a call, the answer is still a 503 with Retry-After, never the load balancer's bare 502;
 - EC2 Auto Scaling's events for the group (EventBridge): an instance in service sends requests to the servers,
   the last one leaving sends them here;
 - a schedule every few minutes, which does the same from the group's state (a lost event is put right).
@@ -10,7 +13,9 @@
 Standard library and boto3 only (the Lambda runtime's). Logs one line per decision.
 """
 
+import hmac
 import json
+import math
 import os
 import time
 
@@ -21,16 +26,28 @@ LISTENER = os.environ["LISTENER_ARN"]
 SERVERS = os.environ["SERVERS_TARGET_GROUP_ARN"]
 WAKE_S = int(os.environ["WAKE_S"])  # the profile's wake-up plan: launch (or start) to /health 200
 WOKEN_TAG = os.environ["WOKEN_TAG"]  # epoch seconds of the wake-up in progress, on the group
+API_KEY_SECRET = os.environ["API_KEY_SECRET_ARN"]  # the key llama-server checks (LLAMA_API_KEY: comma-separated)
+KEY_TTL_S = 300  # a rotated key is read again after this long, or after a mismatch at most once a minute
+KEY_RECHECK_S = 60
+AWS_RETRY_S = 10  # Retry-After when AWS throttled or failed a call of the door's
+PUBLIC_PATHS = ("/health", "/v1/health")
+UNAUTHORIZED = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
 MIN_RETRY_S = 5  # never ask a client to come back sooner: the instance is not there yet
 HEALTHY_WAIT_S = 60  # after an instance is in service, how long to wait for its target to pass the ALB's checks
 
 autoscaling = boto3.client("autoscaling")
 elbv2 = boto3.client("elbv2")
+secrets = boto3.client("secretsmanager")
+_keys: dict = {"keys": (), "read": -math.inf}
 
 
 def handler(event, context):
     if "requestContext" in event and "elb" in event["requestContext"]:
-        return request(event)
+        try:
+            return request(event)
+        except Exception as e:  # noqa: BLE001 - throttled or failed: the client is told when to come back
+            print(f"wake door: {type(e).__name__}: {e}; answered 503")
+            return answer(AWS_RETRY_S, "the service could not start an instance just now")
     if event.get("source") == "aws.autoscaling":
         return reconcile(wait_healthy=event.get("detail-type") == "EC2 Instance Launch Successful")
     return reconcile(wait_healthy=False)
@@ -73,11 +90,43 @@ def route(here: bool, why: str) -> None:
 
 
 def woken_at(g) -> float | None:
+    """The tag's epoch seconds, when it is one: not inf, nan or a time in the future (a hand-edited tag)."""
     tags = {t["Key"]: t["Value"] for t in g.get("Tags", [])}
     try:
-        return float(tags[WOKEN_TAG])
+        value = float(tags[WOKEN_TAG])
     except (KeyError, ValueError):
         return None
+    return value if math.isfinite(value) and 0 <= value <= time.time() + 60 else None
+
+
+def credential(event) -> bytes:
+    """What llama-server reads: Authorization, else X-Api-Key (ALB headers are lower-case), less one "Bearer "."""
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    for k, v in (event.get("multiValueHeaders") or {}).items():
+        headers.setdefault(k.lower(), v[0] if v else "")
+    given = (headers.get("authorization") or headers.get("x-api-key") or "").strip().encode()
+    return given[len(b"Bearer ") :] if given.startswith(b"Bearer ") else given
+
+
+def keys(refresh: bool = False) -> tuple:
+    now = time.monotonic()
+    age = now - _keys["read"]
+    if not _keys["keys"] or age > KEY_TTL_S or (refresh and age > KEY_RECHECK_S):
+        value = secrets.get_secret_value(SecretId=API_KEY_SECRET)["SecretString"]
+        _keys.update(keys=tuple(k.strip().encode() for k in value.split(",") if k.strip()), read=now)
+    return _keys["keys"]
+
+
+def keyed(event) -> bool:
+    given = credential(event)
+
+    def match(candidates) -> bool:
+        found = False
+        for key in candidates:  # every key compared in constant time: no early exit to time
+            found |= hmac.compare_digest(given, key)
+        return found
+
+    return bool(given) and (match(keys()) or match(keys(refresh=True)))
 
 
 def set_woken_at(value: str) -> None:
@@ -102,6 +151,10 @@ def reconcile(*, wait_healthy: bool) -> dict:
 
 
 def request(event) -> dict:
+    if (event.get("path") or "/") in PUBLIC_PATHS or event.get("httpMethod") == "OPTIONS":
+        return answer(MIN_RETRY_S, "no instance is in service; a request without the key wakes nothing")
+    if not keyed(event):
+        return unauthorized()
     g = group()
     if in_service(g) and healthy_targets():
         route(False, "a request found a healthy instance")
@@ -117,6 +170,16 @@ def request(event) -> dict:
         print(f"wake door: {event.get('httpMethod')} {event.get('path')} woke {GROUP} (desired 0 -> 1)")
     left = WAKE_S - (now - since) if since is not None else WAKE_S
     return answer(max(MIN_RETRY_S, int(left)), "the service is starting an instance")
+
+
+def unauthorized() -> dict:
+    return {
+        "statusCode": 401,
+        "statusDescription": "401 Unauthorized",
+        "isBase64Encoded": False,
+        "headers": {"Content-Type": "application/json; charset=utf-8", "Cache-Control": "no-store"},
+        "body": json.dumps(UNAUTHORIZED, separators=(",", ":")),
+    }
 
 
 def answer(retry_after: int, why: str) -> dict:

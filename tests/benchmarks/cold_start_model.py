@@ -30,6 +30,7 @@ class InstanceIO:
 # Sourced from the AWS instance-type pages, not verified here (no AWS account): burst ("up to") figures.
 INSTANCES: dict[str, InstanceIO] = {
     "c8g.4xlarge": InstanceIO(network_bps=15 * GBIT, ebs_bps=10 * GBIT, image_bytes=0.3e9),
+    "c8g.8xlarge": InstanceIO(network_bps=15 * GBIT, ebs_bps=10 * GBIT, image_bytes=0.3e9),
     "c8i.4xlarge": InstanceIO(network_bps=12.5 * GBIT, ebs_bps=10 * GBIT, image_bytes=0.3e9),
     "g5.xlarge": InstanceIO(network_bps=10 * GBIT, ebs_bps=3.5 * GBIT, image_bytes=3.0e9),
 }
@@ -42,6 +43,8 @@ ASSUMPTIONS = {
     "s3_stream_bps": (80 * MIB, "one in-region S3 GET stream (assumed; 80-100 MB/s per stream is typical)"),
     "s3_streams": (16, "modelfetch default --s3-connections"),
     "page_cache_bps": (4e9, "llama-server mapping weights already in the page cache (assumed)"),
+    "hash_bps": (1.5e9, "sha256 on one core with SHA extensions (measured here: findings.md; boot_real_size.py)"),
+    "dirty_share": (0.2, "vm.dirty_ratio: the share of RAM the page cache takes unwritten before writers wait"),
     "server_init_s": (5, "llama-server context, warm-up decode (assumed)"),
 }
 
@@ -77,6 +80,37 @@ class ColdStart:
     def warm_pool_s(self) -> float:  # stopped instance with the model on its volume: no image, no fetch
         ebs_load = self.model_bytes / self.disk_bps
         return a("boot_s") + ebs_load + a("server_init_s")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What one machine does, bytes per second: the inputs of one boot's model steps."""
+
+    network_bps: float  # the model's source as the instance reaches it (streams x per-stream rate, capped by the link)
+    hash_bps: float  # sha256 on one core
+    disk_bps: float  # sustained writes to the model's volume
+    page_cache_bps: float  # reading the weights back from the page cache
+    dirty_limit: float  # bytes the page cache takes unwritten before the writer is held to the disk's rate
+    image_bps: float  # image pull: compressed bytes per second, decompression and extraction included
+
+
+def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
+    """Seconds of each boot step for a model of `size` bytes. The fetcher writes into the page cache and hashes
+    behind the download; the kernel writes back from the start, so the final fsync waits only for what the disk
+    has not caught up with, and the download itself slows to the disk's rate once the dirty limit is reached."""
+    network = size / r.network_bps
+    held = (size - r.dirty_limit) / r.disk_bps if size > r.dirty_limit else 0.0
+    received = max(network, held)
+    hashed = max(received, size / r.hash_bps)
+    on_disk = max(hashed, size / r.disk_bps)
+    return {
+        "image pull": image_bytes / r.image_bps,
+        "fetch (network)": received,
+        "verify (hash after the last byte)": hashed - received,
+        "write (fsync after the hash)": on_disk - hashed,
+        "fetch step in all": on_disk,
+        "real-size read of the weights": size / r.page_cache_bps,
+    }
 
 
 def model(p: ServingProfile) -> ColdStart:
@@ -118,8 +152,48 @@ def _unit(name: str, value: float) -> str:
     return f"{value:g} s" if name.endswith("_s") else f"{value:g}"
 
 
+def production_rates(p: ServingProfile) -> Rates:
+    """The S3-cache boot of one profile's instance: the Rates `steps` takes, from the sourced figures above."""
+    io = INSTANCES[p.hardware.instance_type]
+    disk = min(p.fleet.volume.volume_throughput_mibps * MIB, io.ebs_bps)
+    return Rates(
+        network_bps=min(a("s3_stream_bps") * a("s3_streams"), io.network_bps),
+        hash_bps=a("hash_bps"),
+        disk_bps=disk,
+        page_cache_bps=a("page_cache_bps") if model(p).load_from == "page cache" else disk,
+        dirty_limit=a("dirty_share") * p.hardware.memory_gib * 1024**3,
+        image_bps=a("ecr_bps"),
+    )
+
+
+def print_steps(profiles: list[ServingProfile]) -> None:
+    """Scale-out from the S3 cache, step by step, and the step that bounds it."""
+    print("| profile | image pull | fetch (network) | verify after it | write after it | load | server init | "
+          "to /health | slowest step | warm pool to /health |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for p in profiles:
+        io, r = INSTANCES[p.hardware.instance_type], production_rates(p)
+        s = steps(p.model.size_bytes, int(io.image_bytes), r)
+        parts = {
+            "image pull": s["image pull"],
+            "fetch (network)": s["fetch (network)"],
+            "verify": s["verify (hash after the last byte)"],
+            "write": s["write (fsync after the hash)"],
+            "load": s["real-size read of the weights"],
+            "server init": a("server_init_s"),
+        }
+        slowest = max(parts, key=lambda k: parts[k])
+        total = a("boot_s") + sum(parts.values())
+        bound = "network" if r.network_bps < r.disk_bps else "volume"
+        print(
+            f"| {p.name} | " + " | ".join(fmt_s(v) for v in parts.values()) + f" | {fmt_s(total)} | {slowest} "
+            f"({bound}-bound: {min(r.network_bps, r.disk_bps) / MIB:.0f} MiB/s) | {fmt_s(model(p).warm_pool_s)} |"
+        )
+
+
 def main() -> int:
-    rows = [model(p) for p in load_catalog().profiles.values()]
+    profiles = list(load_catalog().profiles.values())
+    rows = [model(p) for p in profiles]
     print("| profile | instance | model | volume writes at | ModelScope fetch | S3 fetch | load from | load | "
           "first instance to /health | scale-out to /health | warm pool to /health |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -130,6 +204,9 @@ def main() -> int:
             f"{fmt_s(r.first_instance_s)} (incl. {fmt_s(r.upload_s)} upload) | {fmt_s(r.scale_out_s)} | "
             f"{fmt_s(r.warm_pool_s)} |"
         )
+    print()
+    print(f"Scale-out from the S3 cache, step by step (launch to user data: {a('boot_s'):g} s before these):")
+    print_steps(profiles)
     print()
     print("Assumptions:")
     for k, (v, why) in ASSUMPTIONS.items():

@@ -1,30 +1,36 @@
-"""What the timing hop (the hop) costs: the same streamed requests direct to llama-server and through it.
+"""What the timing hop costs a client: the same streamed chat requests direct to llama-server and through the hop, at
+1, 8 and 64 concurrent streams, and the hop's CPU per streamed token.
 
 Starts the real llama-server (scripts/build-llama-server.sh, cached) with the real Gemma 3 270M GGUF through the
-launcher, and the hop in its own process, as the instance and the workstation run it. Sends --requests streamed
-chat requests each way, interleaved (direct, hop, direct, ...) so that load from other processes hits both
-alike, with the OpenAI client, and prints client-side TTFT and decode tok/s for each path and the difference.
+launcher, and the hop in its own process, as the instance and the workstation run it. At each concurrency, rounds of
+that many streamed requests alternate between the two paths (direct, hop, hop, direct, ...) so that load from other
+processes hits both alike. Prints client-side TTFT p50 and p99 per path and their difference (in ms and in % of
+direct), and the hop process's CPU time (user + system, /proc) per streamed token and per request during its rounds.
 
-    .venv/bin/python tests/benchmarks/hop_overhead.py --requests 30 --max-tokens 64
+    .venv/bin/python tests/benchmarks/hop_overhead.py --streams 1 8 64 --max-tokens 64
 
-Not a test: it prints numbers (docs/observability.md quotes them).
+tests/benchmarks/hop_cpu.py measures the hop's CPU alone (a synthetic upstream, optionally instructions under
+callgrind). Not a test: it prints numbers (docs/cold-start.md and docs/observability.md quote them).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import os
 import platform
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+
+from hop_chaos import Stream, pct, stream_chat  # noqa: E402
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
 from gguf_serve.catalog.local import local_profile  # noqa: E402
@@ -39,97 +45,77 @@ def start_hop(upstream: str, port: int) -> subprocess.Popen:
     return subprocess.Popen([*cmd, "--gpu-metrics", "off"], env=env, stderr=subprocess.DEVNULL)
 
 
-def one_request(client, i: int, max_tokens: int) -> tuple[float, float, int]:
-    """(TTFT s, decode tok/s after the first token, content chunks) as the client sees them."""
-    start = time.perf_counter()
-    first = last = None
-    chunks = 0
-    stream = client.chat.completions.create(
-        model="m",
-        messages=[{"role": "user", "content": f"({i}) Explain how a CPU cache works, step by step."}],
-        max_tokens=max_tokens,
-        temperature=0,
-        stream=True,
-    )
-    for event in stream:
-        if event.choices and event.choices[0].delta.content:
-            now = time.perf_counter()
-            first = first or now
-            last = now
-            chunks += 1
-    if first is None or last is None or chunks < 2:
-        raise RuntimeError(f"request {i}: fewer than 2 content chunks")
-    return first - start, (chunks - 1) / (last - first), chunks
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+async def round_of(port: int, key: str, streams: int, first: int, max_tokens: int) -> list[Stream]:
+    return list(await asyncio.gather(*(stream_chat(port, key, first + k, max_tokens) for k in range(streams))))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=30, help="per path (default 30)")
+    ap.add_argument("--streams", type=int, nargs="+", default=[1, 8, 64], help="concurrent streams per round")
+    ap.add_argument(
+        "--requests", type=int, default=64, help="requests per path at each concurrency (at least 2 rounds)"
+    )
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--parallel", type=int, default=4, help="llama-server slots (default %(default)s)")
     a = ap.parse_args()
-    from openai import OpenAI
 
     key = secrets.token_urlsafe(16)
     model = source_gguf(cache_root())
     profile = local_profile(load_catalog(), port=free_port())
+    profile = dataclasses.replace(profile, server=dataclasses.replace(profile.server, parallel=a.parallel))
+    load_before = os.getloadavg()
+    table = []
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
         hop_port = free_port()
         hop = start_hop(server.url, hop_port)
+        ports = {"direct": int(server.url.rsplit(":", 1)[1]), "hop": hop_port}
         try:
             server.wait_healthy(timeout=120)
-            clients = {
-                "direct": OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0),
-                "hop": OpenAI(base_url=f"http://127.0.0.1:{hop_port}/v1", api_key=key, max_retries=0),
-            }
-            for c in clients.values():  # warm both paths (connection pools, the server's first-request costs)
-                one_request(c, -1, 8)
-            rows: dict[str, list[tuple[float, float, int]]] = {"direct": [], "hop": []}
-            hop_cpu_start = cpu_seconds(hop.pid)  # after start-up and warm-up: what serving costs
-            for i in range(a.requests):
-                for path in ("direct", "hop") if i % 2 == 0 else ("hop", "direct"):
-                    rows[path].append(one_request(clients[path], i, a.max_tokens))
-            hop_cpu_s = cpu_seconds(hop.pid) - hop_cpu_start
+            for path in ports:  # warm both paths (the server's first-request costs, the hop's imports)
+                asyncio.run(round_of(ports[path], key, 2, -2, 8))
+            for streams in a.streams:
+                rounds = max(2, a.requests // streams)
+                seen: dict[str, list[Stream]] = {"direct": [], "hop": []}
+                hop_cpu = 0.0
+                for i in range(rounds):
+                    for path in ("direct", "hop") if i % 2 == 0 else ("hop", "direct"):
+                        before = cpu_seconds(hop.pid)
+                        seen[path] += asyncio.run(round_of(ports[path], key, streams, i * streams, a.max_tokens))
+                        if path == "hop":
+                            hop_cpu += cpu_seconds(hop.pid) - before
+                bad = [s.error for r in seen.values() for s in r if not s.ok]
+                if bad:
+                    raise RuntimeError(f"{len(bad)} streams failed at {streams} streams: {bad[:3]}")
+                table.append((streams, rounds * streams, seen, hop_cpu))
+                print(f"{streams} streams done", flush=True)
         finally:
             hop.terminate()
             hop.wait(10)
             server.stop()
-    load = os.getloadavg()[0]
-    print(
-        f"{a.requests} streamed requests per path, max_tokens {a.max_tokens}, {os.cpu_count()} CPUs "
-        f"({platform.machine()}), load average {load:.2f}, Gemma 3 270M Q4_K_M, {profile.server.parallel} slots"
-    )
-    print(f"{'path':8} {'TTFT p50 ms':>12} {'TTFT p95 ms':>12} {'tok/s p50':>10} {'tok/s mean':>11}")
-    summary = {}
-    for path, r in rows.items():
-        ttft = [x[0] * 1000 for x in r]
-        tps = [x[1] for x in r]
-        summary[path] = (statistics.median(ttft), pct(ttft, 0.95), statistics.median(tps), statistics.mean(tps))
-        print(
-            f"{path:8} {summary[path][0]:12.1f} {summary[path][1]:12.1f} {summary[path][2]:10.1f} "
-            f"{summary[path][3]:11.1f}"
-        )
-    d, h = summary["direct"], summary["hop"]
-    print(
-        f"hop - direct: TTFT p50 {h[0] - d[0]:+.1f} ms, p95 {h[1] - d[1]:+.1f} ms; "
-        f"decode tok/s p50 {h[2] - d[2]:+.1f} ({100 * (h[2] - d[2]) / d[2]:+.1f}%)"
-    )
-    chunks = sum(x[2] for x in rows["hop"])
-    print(
-        f"hop process CPU: {hop_cpu_s:.2f} s for {a.requests} requests ({chunks} content chunks): "
-        f"{1000 * hop_cpu_s / a.requests:.1f} ms per request, {1e6 * hop_cpu_s / chunks:.0f} us per chunk"
-    )
+    load_after = os.getloadavg()
+    print(f"\nGemma 3 270M Q4_K_M on llama-server ({a.parallel} slots), max_tokens {a.max_tokens}; "
+          f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}; "
+          f"load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after (1-minute), {load_after[2]:.2f} (15-minute)")  # fmt: skip
+    print("| streams | requests per path | TTFT p50 direct / hop ms | hop - direct p50 | TTFT p99 direct / hop ms "
+          "| hop - direct p99 | hop CPU per token (us) | hop CPU per request (ms) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for streams, requests, seen, hop_cpu in table:
+        d = [s.ttft_s * 1000 for s in seen["direct"] if s.ttft_s is not None]
+        h = [s.ttft_s * 1000 for s in seen["hop"] if s.ttft_s is not None]
+        d50, h50, d99, h99 = pct(d, 0.5), pct(h, 0.5), pct(d, 0.99), pct(h, 0.99)
+        tokens = sum(s.tokens for s in seen["hop"])
+        print(f"| {streams} | {requests} | {d50:.1f} / {h50:.1f} "
+              f"| {h50 - d50:+.1f} ms ({100 * (h50 - d50) / d50:+.1f}%) "
+              f"| {d99:.1f} / {h99:.1f} | {h99 - d99:+.1f} ms ({100 * (h99 - d99) / d99:+.1f}%) "
+              f"| {1e6 * hop_cpu / tokens:.0f} | {1e3 * hop_cpu / requests:.1f} |")  # fmt: skip
     return 0
 
 

@@ -1,10 +1,12 @@
 """What CodeBuild receives for one stack, read from a synthesized assembly, and its buildspec run here.
 
 The source asset and the staged-sources asset are the directories `cdk synth` wrote (the CLI zips exactly
-these), the environment is the project's, and the commands are the buildspec's `build` phase. Only what needs
-AWS or China differs: no ECR (REPOSITORY_NAME empty: nothing is pushed, "exists" means a local image) and the
-Debian mirror is one this machine reaches (TEST_DEBIAN_MIRROR); the roots, their pinned keyring and debootstrap,
-the scripts and their arguments are the ones CodeBuild gets.
+these), the environment is the project's, and the commands are the buildspec's `build` phase, run with buildx
+(tests/images/engine.py ensure_buildx) as CodeBuild's images run `docker build`. Only what needs AWS or China
+differs: a local registry instead of ECR (REGISTRY_API: every stage pushes there and the application layer pulls
+its base from it; without one, nothing is pushed and "exists" means a local image) and the Debian mirrors are one
+this machine reaches (TEST_DEBIAN_MIRROR); the roots, their pinned keyring and debootstrap, the mirror probe, the
+scripts and their arguments are the ones CodeBuild gets.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.images.engine import engine_env
+from tests.images.engine import LocalRegistry, docker, engine_env, ensure_buildx
 
 # The deploy's default mirror is inside mainland China; this machine reaches Debian's own.
 TEST_DEBIAN_MIRROR = os.environ.get("GGUF_SERVE_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -66,27 +68,37 @@ def build_inputs(assembly_dir: Path, stack_name: str) -> BuildInputs:
     )
 
 
-def build_env(inputs: BuildInputs, src: Path, stage: str) -> dict[str, str]:
+def build_env(inputs: BuildInputs, src: Path, stage: str, registry: LocalRegistry | None = None) -> dict[str, str]:
     """The project's variables with what differs here on top: what CodeBuild itself sets (the source folders, STAGE
-    from the custom resource), no ECR, and the mirror. Nothing else the build reads differs."""
+    from the custom resource), the registry, and the mirror. Nothing else the build reads differs."""
     return {
         **inputs.env,
         "CODEBUILD_SRC_DIR": str(src),
         "CODEBUILD_SRC_DIR_sources": str(inputs.sources),
         "STAGE": stage,
-        "REPOSITORY_URI": inputs.local_repository,
+        "REPOSITORY_URI": f"{registry.host}/{inputs.local_repository}" if registry else inputs.local_repository,
         "REPOSITORY_NAME": "",
-        "DEBIAN_MIRROR": TEST_DEBIAN_MIRROR,
+        "REGISTRY_API": registry.url if registry else "",
+        "DEBIAN_MIRRORS": TEST_DEBIAN_MIRROR,
+        "DOCKER_CONFIG": str(ensure_buildx()),
     }
 
 
-def run_buildspec(inputs: BuildInputs, workdir: Path, *, stage: str = "all", log: Path | None = None) -> float:
-    """Unpack the source asset as CodeBuild does and run the build phase; returns the seconds it took."""
+def run_buildspec(
+    inputs: BuildInputs,
+    workdir: Path,
+    *,
+    stage: str = "all",
+    log: Path | None = None,
+    registry: LocalRegistry | None = None,
+) -> float:
+    """Unpack the source asset as CodeBuild does and run the build phase; returns the seconds it took. With a
+    registry, what the stage made is also tagged under the local names (inputs.image, inputs.base_image)."""
     src = workdir / "src"
     if src.exists():
         shutil.rmtree(src)
     shutil.copytree(inputs.context, src, symlinks=True)
-    env = {**engine_env(), **build_env(inputs, src, stage)}
+    env = {**engine_env(), **build_env(inputs, src, stage, registry)}
     started = time.monotonic()
     with (log or workdir / "build.log").open("a") as out:
         for command in inputs.commands:
@@ -98,4 +110,9 @@ def run_buildspec(inputs: BuildInputs, workdir: Path, *, stage: str = "all", log
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-    return time.monotonic() - started
+    seconds = time.monotonic() - started
+    if registry is not None:
+        tags = {"base": ["BASE_TAG"], "app": ["IMAGE_TAG"], "all": ["BASE_TAG", "IMAGE_TAG"]}.get(stage, [])
+        for tag in (inputs.env[t] for t in tags):
+            docker("tag", f"{registry.host}/{inputs.local_repository}:{tag}", f"{inputs.local_repository}:{tag}")
+    return seconds

@@ -21,7 +21,7 @@ from aws_cdk.assertions import Template
 from gguf_serve.catalog.images import (
     BUILD_POLL_INTERVAL_S,
     CUSTOM_RESOURCE_MAX_WAIT_S,
-    DEFAULT_DEBIAN_MIRROR,
+    DEFAULT_DEBIAN_MIRRORS,
     IMAGE_TARGETS,
     LAYER_BUILD_TIMEOUT_MIN,
 )
@@ -99,6 +99,22 @@ def test_unstaged_sources_are_a_synth_error_that_says_what_to_run(tmp_path):
         app.synth()
 
 
+@pytest.mark.parametrize("damage", ["missing", "stale"])
+def test_synth_requires_the_wheels_sha256sums_the_build_checks(staged_sources, tmp_path, damage):
+    from stacks.staged_sources import check_staged_sources
+
+    copy = tmp_path / "sources"
+    shutil.copytree(staged_sources, copy)
+    assert check_staged_sources(copy).problems == []
+    sums = copy / "wheels" / "SHA256SUMS"
+    if damage == "missing":
+        sums.unlink()
+    else:
+        sums.write_text(sums.read_text().replace("boto3", "boto4"))
+    (problem,) = check_staged_sources(copy).problems
+    assert "SHA256SUMS" in problem and (damage == "missing" or "boto3" in problem)
+
+
 def test_the_buildspec_runs_the_build_script_and_never_splits_build_arguments(image_assembly):
     inputs = build_inputs(image_assembly, "IntelMoeStack")
     assert inputs.commands == ['SOURCES_DIR="$CODEBUILD_SRC_DIR_sources" bash docker/build-image.sh']
@@ -123,8 +139,10 @@ def test_no_dockerfile_defaults_to_a_public_registry_or_index(dockerfile):
 
 def test_build_script_builds_without_network_unless_a_mirror_is_asked_for():
     script = (ROOT / "docker" / "build-image.sh").read_text()
-    assert script.count('docker build --network "$network"') == 1 and "local network=none" in script
-    assert script.count("docker build --network none") == 2  # the application layer's check, then the image
+    # Every build goes through build(): buildx where installed (as CodeBuild's images run it), else docker build.
+    assert script.count('build --network "$network"') == 1 and "local network=none" in script
+    assert script.count("build --network none") == 2  # the application layer's check, then the image
+    assert script.count("docker buildx build --load") == 1 and script.count("docker build ") == 1
 
 
 # --- issue 9 item 4: the build role, immutable tags and rollbacks -------------------------------------------
@@ -213,7 +231,7 @@ def test_every_wait_fits_inside_cloudformations_custom_resource_limit(image_asse
     template = json.loads((image_assembly / f"{stack}.template.json").read_text())
     resources = template["Resources"].values()
     customs = [r for r in resources if r["Type"] == "AWS::CloudFormation::CustomResource"]
-    assert len(customs) == 2  # the base and the application layer, each with its own hour
+    assert len(customs) == 3  # the roots, the base and the application layer, each with its own hour
     for r in customs:
         assert r["Properties"]["ServiceTimeout"] == CUSTOM_RESOURCE_MAX_WAIT_S <= 3600
     (machine,) = [r for r in resources if r["Type"] == "AWS::StepFunctions::StateMachine"]
@@ -435,7 +453,7 @@ def test_staging_and_synth_without_any_emulator_give_a_deployable_graviton_stack
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_build_bootstraps_its_roots_from_the_debian_mirror_option(image_assembly, stack):
     inputs = build_inputs(image_assembly, stack)
-    assert inputs.env["DEBIAN_MIRROR"] == DEFAULT_DEBIAN_MIRROR
+    assert inputs.env["DEBIAN_MIRRORS"] == " ".join(DEFAULT_DEBIAN_MIRRORS)
     assert "ROOTFS_FLAVOR" not in inputs.env
     assert (inputs.context / "docker" / "keyrings" / "debian-trixie.gpg").read_bytes() == (
         ROOT / "docker" / "keyrings" / "debian-trixie.gpg"
@@ -460,34 +478,37 @@ def test_the_gpu_stack_pulls_no_image_from_another_registry(image_assembly):
 def test_a_mirror_the_build_could_misread_is_refused(mirror):
     app = cdk.App(context=cdk_context())
     stack = cdk.Stack(app, "S", env=cdk.Environment(region="cn-northwest-1"))
-    with pytest.raises(InputError, match="debianMirror"):
-        ImageBuild(stack, "Image", target=X86, debian_mirror=mirror)
+    with pytest.raises(InputError, match="debianMirrors"):
+        ImageBuild(stack, "Image", target=X86, debian_mirrors=(DEFAULT_DEBIAN_MIRRORS[0], mirror))
 
 
 def test_a_mirror_reaches_the_build_and_leaves_the_tags_alone(staged_sources):
     app = cdk.App(context=cdk_context())
     stack = cdk.Stack(app, "S", env=cdk.Environment(region="cn-northwest-1"))
     default = ImageBuild(stack, "Default", target=X86)
-    other = ImageBuild(stack, "Other", target=X86, debian_mirror="http://mirrors.tuna.tsinghua.edu.cn/debian/")
+    other = ImageBuild(stack, "Other", target=X86, debian_mirrors=("http://mirrors.tuna.tsinghua.edu.cn/debian/",))
     assert (default.base_tag, default.image_tag) == (other.base_tag, other.image_tag)  # the same signed release
     envs = [
         {v["Name"]: v["Value"] for v in r["Properties"]["Environment"]["EnvironmentVariables"]}
         for r in Template.from_stack(stack).to_json()["Resources"].values()
         if r["Type"] == "AWS::CodeBuild::Project"
     ]
-    assert sorted(e["DEBIAN_MIRROR"] for e in envs) == sorted(
-        [DEFAULT_DEBIAN_MIRROR, "http://mirrors.tuna.tsinghua.edu.cn/debian"]
+    assert sorted(e["DEBIAN_MIRRORS"] for e in envs) == sorted(
+        [" ".join(DEFAULT_DEBIAN_MIRRORS), "http://mirrors.tuna.tsinghua.edu.cn/debian"]
     )
 
 
 def test_the_debian_mirror_option_reaches_every_build_from_the_cli_context(whole_apps):
-    assert OPTION_SETS["ningxia-from-zero"]["debianMirror"] == "http://mirrors.ustc.edu.cn/debian"
+    mirrors = "http://mirrors.ustc.edu.cn/debian,https://mirrors.aliyun.com/debian"
+    assert OPTION_SETS["ningxia-from-zero"]["debianMirrors"] == mirrors
     for stack in ("IntelMoeStack", "GravitonMoeStack", "GpuMtpStack"):
         env = _environment(whole_apps["ningxia-from-zero"].template(stack))
         variables = {v["Name"]: v["Value"] for v in env["EnvironmentVariables"]}
-        assert variables["DEBIAN_MIRROR"] == "http://mirrors.ustc.edu.cn/debian", stack
-    with pytest.raises(InputError, match=r"debianMirror \(from -c\): 'mirror' is not a mirror URL"):
-        build_app({**cdk_context(), "debianMirror": "mirror"})
+        assert variables["DEBIAN_MIRRORS"] == mirrors.replace(",", " "), stack
+    with pytest.raises(InputError, match=r"debianMirrors \(from -c\): 'mirror' is not a mirror URL"):
+        build_app({**cdk_context(), "debianMirrors": "mirror"})
+    with pytest.raises(InputError, match=r"-c debianMirror is now debianMirrors"):
+        build_app({**cdk_context(), "debianMirror": "http://mirrors.ustc.edu.cn/debian"})
 
 
 def test_the_image_tier_runs_the_projects_build_with_only_the_mirror_and_ecr_differing(image_assembly, tmp_path):
@@ -496,7 +517,9 @@ def test_the_image_tier_runs_the_projects_build_with_only_the_mirror_and_ecr_dif
         inputs = build_inputs(image_assembly, stack)
         env = build_env(inputs, tmp_path, "base")
         changed = {k for k, v in inputs.env.items() if env[k] != v}
-        assert changed <= {"REPOSITORY_URI", "REPOSITORY_NAME", "DEBIAN_MIRROR", "STAGE"}, changed
-        # CodeBuild's own, and the repository (a CloudFormation reference in the project, not a plain value)
-        added = {"CODEBUILD_SRC_DIR", "CODEBUILD_SRC_DIR_sources", "REPOSITORY_URI", "REPOSITORY_NAME"}
+        assert changed <= {"REPOSITORY_URI", "REPOSITORY_NAME", "DEBIAN_MIRRORS", "STAGE"}, changed
+        # CodeBuild's own, the repository (a CloudFormation reference in the project, not a plain value), the local
+        # registry standing in for ECR, and the buildx plugin (CodeBuild's image has it installed)
+        added = {"CODEBUILD_SRC_DIR", "CODEBUILD_SRC_DIR_sources", "REPOSITORY_URI", "REPOSITORY_NAME", "REGISTRY_API",
+                 "DOCKER_CONFIG"}  # fmt: skip
         assert set(env) - set(inputs.env) <= added

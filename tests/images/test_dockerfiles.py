@@ -84,7 +84,7 @@ def test_application_layer_contract():
     assert "COPY --from=check /bytecode/ /" in serving and "compileall" in check
     assert "--target serving -t" in (DOCKER / "build-image.sh").read_text()
     assert re.search(r"^FROM \$\{CHECK_IMAGE\} AS check$", full, re.M) and "COPY --from=image / /check/" in check
-    for package in ("launch", "fetch", "metrics", "hop"):
+    for package in ("launch", "fetch", "metrics", "hop", "kube"):
         assert f"--import gguf_serve.container.{package}.cli" in check, f"the build fails if {package} does not import"
     assert 'ENTRYPOINT ["python3", "-m", "gguf_serve.container.launch"]' in text
     assert re.search(r'^HEALTHCHECK .*CMD \["python3", "-m", "gguf_serve.container.launch", "health"\]$', text, re.M)

@@ -1,9 +1,11 @@
 """The x86-64 CPU image, built for real from the synthesized asset and run the way an instance runs it.
 
 Build: the IntelMoeStack's source and staged-sources assets, its CodeBuild environment and its buildspec's
-build phase (tests/images/buildspec.py): the same Debian roots, keyring, debootstrap, scripts and arguments as
-CodeBuild, from a Debian mirror this machine reaches. Each layer is built by its own run, as the two custom
-resources do, and timed. Run: `launcher fetch` from a local ModelScope-shaped server, then `serve` as the
+build phase (tests/images/buildspec.py): the same Debian roots, keyring, debootstrap, mirror probe, scripts and
+arguments as CodeBuild, from a Debian mirror this machine reaches, with buildx as CodeBuild's images run it. Each
+stage (roots, base, application) is its own run, as the three custom resources start them, and timed; each pushes
+what it made to a real local registry (Debian's docker-registry) and the application stage pulls its base from
+it, as the deploy does with ECR. Run: `launcher fetch` from a local ModelScope-shaped server, then `serve` as the
 systemd unit does (non-root, key in the environment, model read-only, `-p`), `/health` 503 then 200, a chat
 through the OpenAI client, the image's HEALTHCHECK healthy, and `docker stop` ending it cleanly.
 Cold: about 15-25 minutes on 2 cores (the roots and the 14 CPU variants); warm: the base is reused.
@@ -14,13 +16,16 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gguf_serve.catalog.images import BUILD_STAGES
 from tests.images.buildspec import BuildInputs, build_inputs, run_buildspec
-from tests.images.engine import CACHE, docker, ensure_engine
+from tests.images.engine import CACHE, LocalRegistry, docker, ensure_engine
 from tests.images.scenario import UID, run_as_the_instance_does
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -33,23 +38,62 @@ def engine() -> None:
 
 
 @pytest.fixture(scope="module")
-def x86(engine, image_assembly: Path, tmp_path_factory) -> BuildInputs:
+def registry(engine, tmp_path_factory) -> Iterator[LocalRegistry]:
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    yield registry
+    registry.close()
+
+
+@pytest.fixture(scope="module")
+def x86(engine, registry: LocalRegistry, image_assembly: Path, tmp_path_factory) -> BuildInputs:
     inputs = build_inputs(image_assembly, "IntelMoeStack")
     work = tmp_path_factory.mktemp("codebuild")
     cold = docker("image", "inspect", inputs.base_image, check=False).returncode != 0
-    base_s = run_buildspec(inputs, work, stage="base")
-    app_s = run_buildspec(inputs, work, stage="app")
+    seconds = {stage: run_buildspec(inputs, work, stage=stage, registry=registry) for stage in BUILD_STAGES}
     REPORT.mkdir(parents=True, exist_ok=True)
     (REPORT / f"build-{'cold' if cold else 'warm'}-x86-64-cpu.json").write_text(
         json.dumps(
-            {"base_seconds": round(base_s, 1), "app_seconds": round(app_s, 1), "image": inputs.image}
-            | {"base": inputs.base_image}
-        )
+            {f"{stage}_seconds": round(s, 1) for stage, s in seconds.items()}
+            | {"image": inputs.image, "base": inputs.base_image}
+        )  # fmt: skip
     )
     log = (work / "build.log").read_text()
-    built = log.count("build-image: building ")  # a layer whose tag exists is not built again
-    assert log.count("selfcheck: ok") >= built, "every layer built ran its self-check"
+    layers = _layers_built(log)
+    unchecked = [layer.splitlines()[0] for layer in layers if not _self_checked(layer)]
+    assert not unchecked, f"every layer built ran its self-check: {unchecked}"
+    # Built by buildx (its docker driver announces itself), as CodeBuild's `docker build` is.
+    assert log.count('building with "default" instance using docker driver') >= len(layers), log[-3000:]
     return inputs
+
+
+def _layers_built(log: str) -> list[str]:
+    """Each layer's part of the build log (a layer whose tag exists is not built again)."""
+    return ["building " + part for part in log.split("build-image: building ")[1:]]
+
+
+def _self_checked(layer: str) -> bool:
+    """Its self-check ran and passed, or BuildKit reused that step (CACHED: the same check on the same inputs, run
+    and passed before; BuildKit caches only steps that succeeded), as in a warm run whose base is rebuilt from the
+    engine's cache for a registry that does not hold it yet."""
+    if "selfcheck: ok" in layer:
+        return True
+    steps = re.findall(r"^#(\d+) \[[^\]]*\] RUN python3 /usr/local/bin/selfcheck ", layer, re.M)
+    return bool(steps) and all(re.search(rf"^#{step} CACHED$", layer, re.M) for step in steps)
+
+
+def test_each_stage_keeps_what_it_made_in_the_registry_and_the_app_pulls_its_base(x86, registry):
+    repository = x86.local_repository
+    pushed = registry.served("PUT", f"/v2/{repository}/manifests/")
+    for tag in ("root-build-amd64-x86_64-", "root-runtime-amd64-x86_64-", x86.env["BASE_TAG"], x86.env["IMAGE_TAG"]):
+        assert any(f"/manifests/{tag}" in line for line in pushed), (tag, pushed)
+    # The application stage's `docker pull` asked the registry for its base by tag. Docker resolves a tag with HEAD
+    # and GETs the manifest and layers only when that digest is not in the engine yet: a CodeBuild run (an empty
+    # engine) or a cold tier shows the GET too, a warm tier (the base already in the shared engine) the HEAD alone.
+    base = f"/v2/{repository}/manifests/{x86.env['BASE_TAG']}"
+    answered = [line for m in ("HEAD", "GET") for line in registry.served(m, base) if '" 200 ' in line]
+    asked = [line for line in answered if '"docker/' in line]  # the engine's pull, not the script's curl
+    assert asked, registry.log.read_text()[-3000:]
+    REPORT.joinpath("registry-x86-64-cpu.log").write_text("\n".join(pushed + asked) + "\n")
 
 
 def _layers_gzip_bytes(image: str) -> list[int]:

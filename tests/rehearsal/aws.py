@@ -147,7 +147,11 @@ class AwsStandIn:
             create_backend_app,
         )
 
-        self.recorder = Recorder(DomainDispatcherApplication(create_backend_app))
+        from tests.rehearsal.objectstore import ObjectFiles
+
+        # Model-sized objects are served from files (a real-size boot); every other call reaches moto.
+        self.objects = ObjectFiles(DomainDispatcherApplication(create_backend_app))
+        self.recorder = Recorder(self.objects)
         self._http = make_server("127.0.0.1", 0, self.recorder, threaded=True, request_handler=MotoRequestHandler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*certificate)

@@ -148,6 +148,15 @@ class World:
             release_parameter=release_parameter_name(STACK),
         )
 
+    def seed_cache(self, path: Path, sha256: str) -> str:
+        """Put the profile's model in the S3 cache as a first instance's write-back leaves it (served from `path`,
+        a sparse file costs no disk); returns its key."""
+        m = self.profile.model
+        key = f"models/{m.repo}/{m.revision}/{m.file}"
+        meta = {"sha256": sha256, "modelscope-repo": m.repo, "modelscope-revision": m.revision}
+        self.aws.objects.put(BUCKET, key, path, meta)
+        return key
+
     def user_data(self, *, profile: ServingProfile | None = None, boot: BootSettings | None = None) -> str:
         return render_user_data(InstanceSpec.of(profile or self.profile), boot or self.boot)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from stacks.staged_sources import default_sources_dir
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "build-llama-server.sh"
-STAGED = Path(os.environ.get("LLAMA_SERVER_CACHE") or Path.home() / ".cache" / "gguf-serve") / "image-sources"
+STAGED = default_sources_dir()
 
 
 def test_a_failed_configure_names_the_stage_and_the_log_and_prints_only_its_tail(tmp_path):
@@ -20,7 +20,8 @@ def test_a_failed_configure_names_the_stage_and_the_log_and_prints_only_its_tail
         pytest.skip("needs the staged sdist (make image-sources)")
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / "image-sources").symlink_to(STAGED)
+    (cache / "image-sources").mkdir()
+    (cache / "image-sources" / STAGED.name).symlink_to(STAGED)
     fake = tmp_path / "bin"
     fake.mkdir()
     # A cmake that writes 2,000 lines of compiler-like noise, then fails.

@@ -76,7 +76,7 @@ def test_setup_targets_run_from_an_empty_cache(fresh):
     lock = (copy / "package-lock.json").read_text()
     assert run.stdout.split()[0] in lock, run.stdout
     # The staged image sources: the pinned sdist and every hashed wheel, in the fresh cache.
-    staged = cache / "gguf-serve" / "image-sources"
+    (staged,) = (cache / "gguf-serve" / "image-sources").iterdir()  # one folder, keyed by the pins
     wheels = sorted(p.name for p in (staged / "wheels").glob("*.whl"))
     pins = (copy / "docker" / "requirements-image.txt").read_text()
     assert wheels and len(wheels) == pins.count("--hash=sha256:"), wheels

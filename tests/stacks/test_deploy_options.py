@@ -14,13 +14,14 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
+from gguf_serve.local.cache import cache_root
 from stacks.app import build_app
-from stacks.image_build import default_sources_dir
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
 from stacks.plan import plan_service
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import DOCUMENTED, STACK_NAMES, SYNTHESIZED
+from tests.stacks.eks.conftest import CONTEXT as EKS_CONTEXT
 from tests.whole_app import BUILD_ARGS, CERT, IAM_CERT, OPTION_SETS
 
 ZONES = ("cn-northwest-1a", "cn-northwest-1b")
@@ -30,7 +31,7 @@ def _cli_env(tmp_path: Path) -> dict[str, str]:
     """The CLI as a user without credentials runs it: no AWS variables, an empty home."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # The staged image sources stay where `make image-sources` put them (under the real home's cache).
-    cache = str(default_sources_dir().parent)
+    cache = str(cache_root())
     return {
         **env,
         "HOME": str(tmp_path),
@@ -54,11 +55,17 @@ def test_the_whole_app_sets_hold_every_option_and_the_readme_documents_each_opti
     """At most three whole-app syntheses in the fast tier, and in them every option: cdk-nag, cfn-lint and checkov
     see each one in a whole app (the rest is tested on constructs alone)."""
     assert len(OPTION_SETS) <= 3 and set(SYNTHESIZED) < set(OPTION_SETS)
-    assert {k for values in OPTION_SETS.values() for k in values} == set(OPTION_NAMES)
+    eks = set(EKS_CONTEXT) - {k for values in OPTION_SETS.values() for k in values}  # EksServingStack's own synth
+    assert {k for values in OPTION_SETS.values() for k in values} | eks == set(OPTION_NAMES)
     every = {k for ctx in DOCUMENTED.values() for k in ctx}
     assert every <= set(OPTION_NAMES) and set(PARSED) == set(DOCUMENTED) | set(SYNTHESIZED)
-    table = (ROOT / "README.md").read_text().split("| option | default | what it does |", 1)[1].split("\n\n", 1)[0]
-    assert sorted(re.findall(r"^\| `(\w+)` \|", table, flags=re.M)) == sorted(OPTION_NAMES)
+    # The option table: one, in the README, naming every option the app knows and nothing else.
+    header = "| option | default | what it does |"
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    tables = [part.split("\n\n", 1)[0] for page in pages for part in page.read_text().split(header)[1:]]
+    assert len(tables) == 1 and header in (ROOT / "README.md").read_text()
+    named = re.findall(r"^\| `(\w+)` \|", tables[0], flags=re.M)
+    assert sorted(named) == sorted(OPTION_NAMES)
 
 
 def test_the_cdk_nag_plugin_is_in_the_path(tmp_path):
@@ -100,7 +107,8 @@ PARSED = {  # what each documented set is, parsed; the fields it leaves alone ke
         "allowed_cidrs": ("10.8.0.0/16", "192.168.10.0/24"),
         "image_build_args": dict(pair.split("=", 1) for pair in BUILD_ARGS.split(",")),
         "arm64_builder": "native",
-        "debian_mirror": "http://mirrors.ustc.edu.cn/debian",
+        "debian_mirrors": ("http://mirrors.ustc.edu.cn/debian", "https://mirrors.aliyun.com/debian"),
+        "allow_typed_lock": True,
     },
     "beijing-cost-saver": {
         "region": "cn-north-1",
@@ -172,7 +180,7 @@ def test_the_options_build_app_passes_on_reach_every_stack(synthesized):
         assert [r["CidrIp"] for r in alb_sg["Properties"]["SecurityGroupIngress"]] == ["10.8.0.0/16", "192.168.10.0/24"]
         env = {e["Name"]: e["Value"] for e in _build_env(ningxia)["EnvironmentVariables"]}
         assert env["BUILD_ARGS"] == " ".join(sorted(BUILD_ARGS.split(",")))
-        assert env["DEBIAN_MIRROR"] == OPTION_SETS["ningxia-from-zero"]["debianMirror"]
+        assert env["DEBIAN_MIRRORS"] == OPTION_SETS["ningxia-from-zero"]["debianMirrors"].replace(",", " ")
         native = _build_env(ningxia)["Image"]
         assert ("aarch64" in native) == (p.hardware.architecture.value == "arm64"), native
 
@@ -285,7 +293,7 @@ class TestTheRealCli:
 
         lock = stand_in_lock(tmp_path)
         options = [a for k, v in OPTION_SETS["beijing-cost-saver"].items() for a in ("-c", f"{k}={v}")]
-        args = (*options, "-c", f"modelLock={lock}", "-c", "modelLookup=false")
+        args = (*options, "-c", f"modelLock={lock}", "-c", "modelLookup=false", "-c", "allowTypedLock=true")
         out = self._cdk(tmp_path, "synth", *args, "--quiet", "-o", str(tmp_path / "cdk.out"))
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         for stack, template_file in synthesized["beijing-cost-saver"].items():
@@ -351,7 +359,11 @@ def test_a_stack_that_sleeps_answers_through_the_wake_door_and_others_have_none(
             wake_s = plan_service(profile_by_stack(stack), options, ZONES).wake_s  # no warm pool in either set
             assert door["Environment"]["Variables"]["WAKE_S"] == str(wake_s)
             (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup")
-            assert door["Environment"]["Variables"]["GROUP_NAME"] == {"Ref": group}
+            # the group's fixed name, so the door does not wait for the group's creation signal
+            assert (
+                door["Environment"]["Variables"]["GROUP_NAME"]
+                == doc["Resources"][group]["Properties"]["AutoScalingGroupName"]
+            )
             rules = _resources(doc, "AWS::ElasticLoadBalancingV2::ListenerRule").values()
             (rule,) = [r["Properties"] for r in rules]
             (servers,) = doc["Resources"][group]["Properties"]["TargetGroupARNs"]

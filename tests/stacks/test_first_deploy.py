@@ -61,7 +61,8 @@ def test_warm_pool_instances_check_their_release(templates, stack):
     param = res[param_id]["Properties"]
     ud = user_data(t)
     assert param["Name"] == release_parameter_name(stack)
-    assert f'!= "{param["Value"]}" ]]' in ud  # the release rendered into this launch template
+    assert f"\nRELEASE={param['Value']}\n" in ud  # the release rendered into this launch template
+    assert '!= "\\$RELEASE" ]]' in ud  # and compared with the parameter by the readiness script
     assert "--lifecycle-action-result ABANDON" in ud
     assert param_id in res["ServingGroup"]["DependsOn"]  # published before the rolling update starts
     # The instance role may read that parameter and nothing else in SSM Parameter Store.
@@ -134,3 +135,60 @@ def test_a_price_or_description_edit_changes_no_instance():
     )
     faster = p.with_server(ctx_per_slot=16384)
     assert render_user_data(InstanceSpec.of(faster), BOOT) != render_user_data(InstanceSpec.of(p), BOOT)
+
+
+def _needs(template: dict) -> dict[str, set[str]]:
+    """Each resource's logical ids it needs created first: DependsOn, Ref and Fn::GetAtt, followed through."""
+    resources = template["Resources"]
+
+    def direct(node: object) -> set[str]:
+        if isinstance(node, dict):
+            found = {node["Ref"]} if isinstance(node.get("Ref"), str) else set()
+            if "Fn::GetAtt" in node:
+                target = node["Fn::GetAtt"]
+                found.add(target[0] if isinstance(target, list) else target.split(".")[0])
+            return found.union(*(direct(v) for v in node.values()))
+        if isinstance(node, list):
+            return set().union(*(direct(v) for v in node))
+        return set()
+
+    edges = {}
+    for name, r in resources.items():
+        after = r.get("DependsOn", [])
+        edges[name] = (direct(r.get("Properties", {})) | set([after] if isinstance(after, str) else after)) & set(
+            resources
+        )
+    closure: dict[str, set[str]] = {}
+
+    def walk(name: str) -> set[str]:
+        if name not in closure:
+            closure[name] = set()
+            closure[name] = edges[name].union(*(walk(n) | {n} for n in edges[name]))
+        return closure[name]
+
+    return {name: walk(name) for name in resources}
+
+
+@pytest.mark.parametrize("options", [{}, {"wakeOnRequest": "true", "minCapacity": "0"}], ids=["default", "wake"])
+def test_what_only_watches_or_wakes_the_group_does_not_wait_for_its_first_signal(options, tmp_path):
+    """Alarms, the dashboard and the wake door are created in the first minutes, beside the load balancer: a
+    refusal of any of them comes before the image build and the boot, not 40 minutes after. What acts on the group
+    (scaling policies and their alarms, scheduled actions, the warm pool) follows it."""
+    from stacks.app import build_app
+    from tests.conftest import cdk_context
+
+    app = build_app({**cdk_context(), **options}, config_file=tmp_path / "absent.toml", stack_names=["IntelMoeStack"])
+    template = app.synth().get_stack_by_name("IntelMoeStack").template
+    needs, kinds = _needs(template), {k: r["Type"] for k, r in template["Resources"].items()}
+    early = [
+        k for k, t in kinds.items() if t == "AWS::CloudWatch::Dashboard" or k.startswith(("Monitoring", "WakeDoor"))
+    ]
+    assert any(kinds[k] == "AWS::CloudWatch::Alarm" for k in early) and (
+        not options or any("WakeDoor" in k for k in early)
+    )
+    for name in early:
+        assert "ServingGroup" not in needs[name] and not any("ImageBuild" in n for n in needs[name]), name
+    follow = [k for k, t in kinds.items() if t in ("AWS::AutoScaling::ScalingPolicy", "AWS::AutoScaling::WarmPool")]
+    assert follow and all("ServingGroup" in needs[k] for k in follow)
+    (group,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    assert group["Properties"]["AutoScalingGroupName"] == "IntelMoeStack-ServingGroup-serving"

@@ -48,19 +48,58 @@ def _errors(app, stack: str) -> list[str]:
     return [str(m.data) for m in app.node.find_child(stack).node.metadata if m.type == "aws:cdk:error"]
 
 
-def test_hub_down_refuses_only_the_unlocked_stack_and_writes_nothing(tmp_path: Path, monkeypatch):
+MOE_STACKS = ("GravitonMoeStack", "IntelMoeStack", "GravitonMoeHeadroomStack")
+
+
+def test_hub_down_refuses_only_the_unlocked_stack_and_writes_nothing(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", DOWN)
     lock = _lock_copy(tmp_path)  # the committed lock: the 27B typed without a sha256
     before = lock.read_bytes()
-    app = build_app({**cli_context(), "modelLock": str(lock)}, config_file=tmp_path / "absent.toml")
+    ctx = {**cli_context(), "modelLock": str(lock), "allowTypedLock": "true"}
+    app = build_app(ctx, config_file=tmp_path / "absent.toml")
     (error,) = _errors(app, "GpuMtpStack")
     assert error.startswith("GpuMtpStack: cannot lock Qwen3.6-27B: ModelScope at http://127.0.0.1:9 is unreachable")
     assert WHAT_TO_RUN in error and "once, to pin the sha256 every instance verifies" in error and str(lock) in error
-    for stack in ("GravitonMoeStack", "IntelMoeStack", "GravitonMoeHeadroomStack"):
-        assert _errors(app, stack) == []  # the 35B's typed sha256 is used, with a warning that it went unchecked
+    for stack in MOE_STACKS:
+        assert _errors(app, stack) == []  # the 35B's typed sha256 is used on purpose (allowTypedLock), said once
+    (said,) = [line for line in capsys.readouterr().err.splitlines() if "Qwen3.6-35B-A3B's typed sha256" in line]
+    assert "deploying it anyway (allowTypedLock = true)" in said
     assert lock.read_bytes() == before
     with pytest.raises(RuntimeError, match="GpuMtpStack: cannot lock Qwen3.6-27B"):
         app.synth()  # in one process cdk-nag's policy validation reports it for the whole app
+
+
+@pytest.mark.parametrize("lookups", ["true", "false"])
+def test_a_typed_sha256_nobody_checked_deploys_only_on_purpose(tmp_path: Path, monkeypatch, lookups):
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", DOWN)
+    lock = _lock_copy(tmp_path)
+    ctx = {**cli_context(), "modelLock": str(lock), "modelLookup": lookups}
+    app = build_app(ctx, config_file=tmp_path / "absent.toml", stack_names=list(MOE_STACKS))
+    for stack in MOE_STACKS:
+        (error,) = _errors(app, stack)
+        assert "Qwen3.6-35B-A3B's" in error and "typed" in error and "-c allowTypedLock=true" in error
+
+
+def test_a_read_only_checkout_with_network_refuses_the_model_in_one_line(tmp_path: Path, monkeypatch):
+    lock = _lock_copy(tmp_path, drop="Qwen3.6-27B")
+    before = lock.read_bytes()
+    # The write as a read-only mount answers it (file modes do not stop root, which the tests run as).
+    monkeypatch.setattr("gguf_serve.catalog.lockfile._replace", _read_only)
+    with LocalScope() as hub:
+        hub.add_file(REPO, FILE, stand_in_gguf())
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", hub.url)
+        ctx = {**cli_context(), "modelLock": str(lock)}
+        app = build_app(ctx, config_file=tmp_path / "absent.toml", stack_names=["GpuMtpStack"])
+    (error,) = _errors(app, "GpuMtpStack")
+    assert f"{lock} cannot be written (Read-only file system)" in error and "-c modelLock=" in error
+    assert lock.read_bytes() == before
+
+
+def _read_only(path: Path, text: str) -> None:
+    import errno
+    import os
+
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
 
 def test_a_typed_entry_that_agrees_is_upgraded_and_one_that_disagrees_refuses(tmp_path: Path, monkeypatch):
@@ -164,7 +203,12 @@ class TestTheRealCli:
         assert "ModelScope at http://127.0.0.1:9 is unreachable" in said and WHAT_TO_RUN in said
         assert "once, to pin the sha256 every instance verifies" in said and lock.read_bytes() == before
         other = _cdk(tmp_path, clone, "synth", "GravitonMoeStack", "--quiet", "-o", str(tmp_path / "c"), hub=DOWN)
+        said = other.stdout + other.stderr
+        assert other.returncode != 0 and "-c allowTypedLock=true" in said  # the 35B is typed: on purpose only
+        other = _cdk(tmp_path, clone, "synth", "GravitonMoeStack", "-c", "allowTypedLock=true", "--quiet", "-o",
+                     str(tmp_path / "c"), hub=DOWN)  # fmt: skip
         assert other.returncode == 0, (other.stdout + other.stderr)[-3000:]
+        assert "deploying it anyway (allowTypedLock = true)" in other.stdout + other.stderr
 
     def test_a_typed_entry_that_disagrees_refuses(self, tmp_path: Path):
         clone = _clone(tmp_path, "GpuMtpStack")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from stacks.app import build_app
+from stacks.lambda_runtimes import CHINA_DOCUMENTED, PYTHON
 from stacks.options import DeployOptionError
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import STACK_NAMES
@@ -41,6 +42,17 @@ def test_template_is_china_ready_and_lookup_free(templates, stack):
     zones = {s["Properties"]["AvailabilityZone"] for s in subnets.values()}
     assert zones <= set(cdk_context()["pinned-availability-zones"]["cn-northwest-1"])
     assert len(zones) == 2
+
+
+def test_every_lambda_runtime_is_one_china_documents(templates):
+    """Ours and the one CDK picks for its own handlers (an aws-cdk-lib upgrade that moves it fails here first)."""
+    runtimes = {
+        name: r["Properties"]["Runtime"]
+        for stack in STACK_NAMES
+        for name, r in templates[stack].find_resources("AWS::Lambda::Function").items()
+    }
+    assert set(runtimes.values()) - CHINA_DOCUMENTED == set(), runtimes
+    assert {"nodejs24.x", PYTHON.name} <= set(runtimes.values())  # the provider framework's and ours
 
 
 def test_cn_north_1_synthesizes_too(whole_apps):

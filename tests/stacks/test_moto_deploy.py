@@ -250,7 +250,13 @@ def test_the_wake_door_of_a_deployed_stack_wakes_it_and_routes_back(synthesized,
         assert door.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, None)["routed"] == "door"
         rule, door_tg, here = door.the_rule()
         assert here and door_tg.split(":targetgroup/")[1].startswith("IntelMoeStack-WakeD")
-        answer = door.handler(alb_request(door_tg), None)
+        # prepare() names the API key's secret `key` (moto resolves no Ref to a generated secret): it holds the key
+        boto3.client("secretsmanager", region_name=REGION).create_secret(Name="key", SecretString="sk-deployed")
+        keyless = door.handler(alb_request(door_tg), None)  # the stand-in's key is not the stack's: wakes nothing
+        assert keyless["statusCode"] == 401, keyless
+        request = alb_request(door_tg)
+        request["headers"]["authorization"] = "Bearer sk-deployed"
+        answer = door.handler(request, None)
         cold = profile_by_stack("IntelMoeStack").wake_up_s(warm_pool=False)  # a new instance, the S3 cache
         assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"] == str(cold)
         (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]

@@ -50,13 +50,17 @@ def test_every_skip_carries_a_reason(template_files):
                 assert skip["id"].startswith("CKV_") and len(skip["comment"]) >= 40, (rid, skip)
 
 
-def test_checkov_is_real_without_the_reasons(tmp_path, synthesized):
+def test_checkov_is_real_without_the_reasons(tmp_path, synthesized, template_files):
     """Negative control: strip the accepted findings and checkov reports them, one kind per rule (the wake door's
-    function exists only with wakeOnRequest)."""
-    doc = json.loads(synthesized["ningxia-from-zero"]["GravitonMoeStack"].read_text())
-    for res in doc["Resources"].values():
-        res.get("Metadata", {}).pop("checkov", None)
-    (tmp_path / "bare.template.json").write_text(json.dumps(doc))
+    function exists only with wakeOnRequest, the SageMaker execution role only in a SageMaker stack)."""
+    for name, path in (
+        ("bare", synthesized["ningxia-from-zero"]["GravitonMoeStack"]),
+        ("bare-sagemaker", template_files["GravitonMoeSageMakerStack"]),
+    ):
+        doc = json.loads(path.read_text())
+        for res in doc["Resources"].values():
+            res.get("Metadata", {}).pop("checkov", None)
+        (tmp_path / f"{name}.template.json").write_text(json.dumps(doc))
     reports = _checkov(tmp_path)
     found = {f["check_id"] for r in reports for f in r["results"]["failed_checks"]}
     accepted = {check for _, _, reasons in ACCEPTED for check in reasons}

@@ -47,7 +47,7 @@ def user_data(template: Template) -> str:
 
 
 def embedded_profile(template: Template) -> dict:
-    m = re.search(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d > "/etc/gguf-serve/runtime.json"', user_data(template))
+    m = re.search(r'echo ([A-Za-z0-9+/=]+) \| base64 -d > "/etc/gguf-serve/runtime.json"', user_data(template))
     assert m, "user data does not write the profile"
     return json.loads(base64.b64decode(m.group(1)))
 
@@ -148,7 +148,9 @@ class TestEachStack:
 
 
 def test_stacks_named_as_users_type_them(committed):
-    assert committed.stacks == sorted(["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack", "GravitonMoeHeadroomStack"])
+    ec2 = ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack", "GravitonMoeHeadroomStack"]
+    sagemaker = [name.removesuffix("Stack") + "SageMakerStack" for name in ec2]  # docs/sagemaker.md
+    assert committed.stacks == sorted(ec2 + sagemaker)
     assert {p.stack_name for p in PROFILES.values()} == set(STACK_NAMES)
 
 
@@ -158,7 +160,10 @@ class TestOperatingAtScale:
         t, p = templates[stack], profile_by_stack(stack)
         assert only(t, "AWS::AutoScaling::WarmPool")["MinSize"] == p.fleet.capacity.warm_pool_size
         ready = hook(t, "LAUNCHING")
-        assert f'--lifecycle-hook-name "{ready["LifecycleHookName"]}"' in user_data(t)
+        text = user_data(t)  # the hook's name quoted once into LAUNCH_HOOK, which the readiness script uses
+        assert (
+            f"\nLAUNCH_HOOK={ready['LifecycleHookName']}\n" in text and '--lifecycle-hook-name "\\$LAUNCH_HOOK"' in text
+        )
 
     def test_the_user_data_drains_on_the_groups_drain_hook_within_the_alb_delay(self, templates, stack):
         t, p = templates[stack], profile_by_stack(stack)

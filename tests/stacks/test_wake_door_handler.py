@@ -18,6 +18,7 @@ from stacks.wake_door import HANDLER, WOKEN_TAG
 REGION = "cn-northwest-1"
 GROUP = "IntelMoeStack-ServingGroup-ABC"
 WAKE_S = 382
+KEY = "sk-test"
 
 
 @pytest.fixture
@@ -26,7 +27,8 @@ def world(monkeypatch):
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(var, "testing")
     with mock_aws():
-        clients = {s: boto3.client(s, region_name=REGION) for s in ("ec2", "elbv2", "autoscaling")}
+        clients = {s: boto3.client(s, region_name=REGION) for s in ("ec2", "elbv2", "autoscaling", "secretsmanager")}
+        secret = clients["secretsmanager"].create_secret(Name="api-key", SecretString=KEY)["ARN"]
         front = build_front(clients["ec2"], clients["elbv2"])
         image = clients["ec2"].describe_images()["Images"][0]["ImageId"]
         lt = clients["ec2"].create_launch_template(
@@ -41,7 +43,7 @@ def world(monkeypatch):
             VPCZoneIdentifier=",".join(front.subnets),
             TargetGroupARNs=[front.servers],
         )
-        door = load_door(monkeypatch, front, group=GROUP, wake_s=WAKE_S)
+        door = load_door(monkeypatch, front, group=GROUP, wake_s=WAKE_S, secret=secret)
         yield SimpleNamespace(
             door=door, elbv2=clients["elbv2"], autoscaling=clients["autoscaling"], servers=front.servers,
             door_tg=front.door, listener=front.listener,
@@ -82,7 +84,7 @@ def build_front(ec2, elbv2) -> Front:
     return Front(subnets, listener, servers_arn, door_arn)
 
 
-def load_door(monkeypatch, front: Front, *, group: str, wake_s: int):
+def load_door(monkeypatch, front: Front, *, group: str, wake_s: int, secret: str):
     """The handler module as the Lambda runtime loads it, with the environment WakeDoor gives it."""
     env = {
         "GROUP_NAME": group,
@@ -90,6 +92,7 @@ def load_door(monkeypatch, front: Front, *, group: str, wake_s: int):
         "SERVERS_TARGET_GROUP_ARN": front.servers,
         "WAKE_S": str(wake_s),
         "WOKEN_TAG": WOKEN_TAG,
+        "API_KEY_SECRET_ARN": secret,
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -51,7 +51,7 @@ def test_rendered_script_is_small_clean_and_complete(name, tmp_path):
 def test_profile_is_written_once_and_mtp_only_on_gpu(name):
     profile = PROFILES[name]
     text = render_user_data(InstanceSpec.of(profile), BOOT)
-    (encoded,) = re.findall(r'echo "([A-Za-z0-9+/=]+)" \| base64 -d', text)
+    (encoded,) = re.findall(r"echo ([A-Za-z0-9+/=]+) \| base64 -d", text)
     written = json.loads(base64.b64decode(encoded))
     assert written == json.loads(profile.runtime_json())
     assert (written["server"]["speculative"] is not None) == profile.hardware.has_gpu
@@ -80,7 +80,8 @@ def test_the_latency_hop_takes_the_server_port_and_llama_server_only_loopback():
     assert f"--listen 0.0.0.0:{port} --upstream http://127.0.0.1:{names.UPSTREAM_PORT}" in hop
     # admission control reads slots and queue_per_slot from the runtime spec, mounted read-only
     assert f"--spec {names.RUNTIME_SPEC_PATH}" in hop and f"-v {names.CONFIG_DIR}:{names.CONFIG_DIR}:ro" in hop
-    assert "--env-file" not in hop  # the hop passes the client's key through; it never holds one
+    assert "--env-file" not in hop  # the key file is mounted read-only: the hop follows a rotated key
+    assert f"-v {names.API_KEY_ENV_FILE}:{names.API_KEY_ENV_FILE}:ro" in hop and "--api-key-env-file" in hop
     assert f"systemctl enable --now {names.SERVER_UNIT}.service {names.HOP_UNIT}.service" in text
     assert f"http://127.0.0.1:{port}/health" in text and f"--url http://127.0.0.1:{port} " in text
 
@@ -118,5 +119,6 @@ def test_a_first_boot_cut_short_never_leaves_a_half_ready_instance_in_service():
     script = f"/usr/local/bin/{names.READY_UNIT}"
     ready = text[text.index(f"cat > {script}") : text.index(f"chmod 0755 {script}")]
     assert text.count("--lifecycle-action-result CONTINUE") == ready.count("--lifecycle-action-result CONTINUE") == 2
-    for hook in (names.LIFECYCLE_HOOK, names.LEGACY_LIFECYCLE_HOOK):
+    assert f"LAUNCH_HOOK={names.LIFECYCLE_HOOK}\n" in text and "LAUNCH_HOOK=${LAUNCH_HOOK@Q}\n" in ready
+    for hook in ("\\$LAUNCH_HOOK", names.LEGACY_LIFECYCLE_HOOK):
         assert f'--lifecycle-hook-name "{hook}" --instance-id "\\$instance" --lifecycle-action-result CONTINUE' in ready

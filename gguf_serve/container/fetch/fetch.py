@@ -49,6 +49,7 @@ class FileSpec:
     size: int | None = None
     sha256: str | None = None
     size_estimate: int | None = None  # for the early free-space check when `size` is not pinned
+    commit: str | None = None  # the commit the catalog locked: asked for instead of `revision` (a branch)
 
     @classmethod
     def from_artifact(cls, artifact: RuntimeModel) -> FileSpec:
@@ -60,6 +61,7 @@ class FileSpec:
             size=artifact.size_bytes if pinned else None,
             sha256=artifact.sha256.lower() if artifact.sha256 else None,
             size_estimate=artifact.size_bytes,
+            commit=artifact.commit,
         )
 
     @property
@@ -85,6 +87,8 @@ class FetchResult:
     verified_s: float  # download and hash only (no final fsync, no upload)
     cached_to: str | None  # s3:// URI written back, if any
     gguf: gguf.GGUFSummary | None
+    received_s: float = 0.0  # until the last byte arrived (the network's share of verified_s)
+    splits: int = 0  # ranges split at the end so that every connection kept working
 
     def as_dict(self) -> dict[str, Any]:
         g = self.gguf
@@ -96,7 +100,9 @@ class FetchResult:
             "transferred": self.transferred,
             "resumed": self.resumed,
             "seconds": round(self.seconds, 2),
+            "received_seconds": round(self.received_s, 2),
             "verified_seconds": round(self.verified_s, 2),
+            "splits": self.splits,
             "mb_per_s": round(self.transferred / self.seconds / 1e6, 1) if self.seconds > 0 else None,
             "cached_to": self.cached_to,
             "architecture": g.architecture if g else None,
@@ -229,16 +235,18 @@ def fetch_file(
                     return _result(target, obj.size, spec.sha256, "s3", dl, t0, None, spec)
                 except DiskSpaceError:
                     raise
-                except FetchError as e:
-                    log.warning("S3 cache copy unusable (%s); fetching from ModelScope instead", e)
+                except Exception as e:  # noqa: BLE001 - whatever broke the cache read, ModelScope still has the file
+                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    log.warning("S3 cache copy unusable (%s); fetching from ModelScope instead", why)
 
-        # 2. ModelScope.
-        listed = listed or hub.describe(spec.repo, spec.revision, spec.file)
+        # 2. ModelScope, at the locked commit.
+        listed, at = _as_locked(hub, spec) if listed is None else (listed, spec.revision)
         size, sha = _reconcile(spec, listed.size, listed.sha256, hub.endpoint)
         log.info(
-            "fetching %s (%s) from %s with %d connections", spec.file, human_bytes(size), hub.endpoint, connections
-        )
-        dl = download(hub.source(spec.repo, spec.revision, spec.file, size), size, sha, connections, verify_attempts)
+            "fetching %s@%s (%s) from %s with %d connections",
+            spec.file, at, human_bytes(size), hub.endpoint, connections,
+        )  # fmt: skip
+        dl = download(hub.source(spec.repo, at, spec.file, size), size, sha, connections, verify_attempts)
 
         # 3. Write back so the next instance reads in region.
         cached_to = None
@@ -270,7 +278,18 @@ def _result(
         summary = gguf.summarize(target)
     st = dl.stats if dl is not None else DownloadStats()
     return FetchResult(
-        target, size, sha, source, st.transferred, st.resumed, time.monotonic() - t0, st.verified_s, cached_to, summary
+        target,
+        size,
+        sha,
+        source,
+        st.transferred,
+        st.resumed,
+        time.monotonic() - t0,
+        st.verified_s,
+        cached_to,
+        summary,
+        st.received_s,
+        st.splits,
     )
 
 
@@ -295,6 +314,29 @@ def _open_cache(s3_cache: str | S3Cache | None, connections: int, rate: RatePoli
     except Exception as e:  # noqa: BLE001 - no region or no boto3 configuration: ModelScope still works
         log.warning("S3 cache %s not usable (%s); using ModelScope only", s3_cache, e)
         return None
+
+
+def _as_locked(hub: ModelScope, spec: FileSpec) -> tuple[ListedFile, str]:
+    """The file as the catalog locked it, and the revision to download it at: the locked commit; a hub that does
+    not serve that commit as a revision (404) is asked for the branch, whose listing must still name the locked
+    commit for the file (the branch has not moved past it), else the fetch stops before downloading anything."""
+    if not spec.commit:
+        return hub.describe(spec.repo, spec.revision, spec.file), spec.revision
+    try:
+        return hub.describe(spec.repo, spec.commit, spec.file), spec.commit
+    except NotFoundError as e:
+        listed = hub.describe(spec.repo, spec.revision, spec.file)
+        if listed.commit is not None and listed.commit != spec.commit:
+            raise IntegrityError(
+                f"{spec.repo}/{spec.file}: the catalog locked commit {spec.commit}, which {hub.endpoint} does not "
+                f"serve ({e}), and {spec.revision} now lists the file at commit {listed.commit}; lock the model "
+                f"again (`gguf-serve-catalog lock`) and redeploy"
+            ) from None
+        log.warning(
+            "%s does not serve commit %s as a revision (%s); %s still lists %s at that commit: fetching it there",
+            hub.endpoint, spec.commit, e, spec.revision, spec.file,
+        )  # fmt: skip
+        return listed, spec.revision
 
 
 def _cache_matches(obj: CachedObject, spec: FileSpec) -> bool:

@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import re
+import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,11 @@ log = logging.getLogger("gguf-serve-fetch")
 DEFAULT_ENDPOINT = "https://www.modelscope.cn"
 TOKEN_ENV = "MODELSCOPE_API_TOKEN"  # noqa: S105 - the name of the official SDK's variable, not a secret
 CHUNK = 1024 * 1024
-LISTING_MAX_BYTES = 64 * 1024 * 1024  # a repository listing is kilobytes; more is a broken or hostile server
+LISTING_MAX_BYTES = 16 * 1024 * 1024  # decoded; a repository listing is kilobytes: more is a broken or hostile server
+LISTING_DEADLINE_S = 120.0  # a whole listing read, whatever its pace (its minimum rate bounds each window only)
+# One content coding at most, decoded here with a bound (urllib3 < 2.6 decoded a chained `gzip, gzip, gzip`
+# without one: CVE-2025-66418 and CVE-2025-66471).
+DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 USER_AGENT = f"{PRODUCT}-fetch/1 ({PRODUCT})"  # model-neutral: the tool serves any GGUF
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _COMMIT = re.compile(r"[0-9a-fA-F]{40}")
@@ -68,8 +74,11 @@ class ModelScope:
         connect_timeout_s: float = 10.0,
         retry: RetryPolicy | None = None,
         rate: RatePolicy | None = None,
+        deadline_s: float | None = None,
     ) -> None:
+        """deadline_s: every read of this client ends within this many seconds from now (None: no deadline)."""
         self.endpoint = resolve_endpoint(endpoint)
+        self.deadline = None if deadline_s is None else time.monotonic() + deadline_s
         self.host = urlsplit(self.endpoint).netloc
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self.retry = retry or RetryPolicy()
@@ -102,11 +111,13 @@ class ModelScope:
         failures = 0
         while True:
             try:
+                self.check_deadline(f"the file list of {repo}@{revision}")
                 body = self._get_json(url, what=f"the file list of {repo}@{revision}")
                 break
             except TransientError as e:
                 failures += 1
-                if failures > self.retry.attempts:
+                late = self.deadline is not None and time.monotonic() > self.deadline
+                if failures > self.retry.attempts or late:
                     raise FetchError(f"ModelScope listing of {repo}@{revision} failed {failures} times: {e}") from e
                 log.warning("ModelScope listing of %s: %s; retry %d/%d", repo, e, failures, self.retry.attempts)
                 self.retry.wait(failures)
@@ -125,12 +136,15 @@ class ModelScope:
     def _get_json(self, url: str, *, what: str) -> Any:
         try:
             r = self.pool.request(
-                "GET", url, headers=self.headers(), timeout=self.timeout, preload_content=False, decode_content=True
-            )
+                "GET", url, headers={**self.headers(), "Accept-Encoding": "gzip"}, timeout=self.timeout,
+                preload_content=False, decode_content=False,
+            )  # fmt: skip
         except (Urllib3Error, OSError) as e:
             raise TransientError(network_reason(e, self.host)) from e
         try:
-            data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what)
+            left = None if self.deadline is None else max(0.001, self.deadline - time.monotonic())
+            data = _read_bounded(r, LISTING_MAX_BYTES, self.rate, self.host, what, r.headers.get("Content-Encoding"),
+                                 deadline_s=min(left or LISTING_DEADLINE_S, LISTING_DEADLINE_S))  # fmt: skip
         except BaseException:
             r.close()  # mid-body: the connection cannot carry another request
             raise
@@ -144,6 +158,10 @@ class ModelScope:
             raise FetchError(f"ModelScope refused {what}: {body.get('Message')} (Code {body.get('Code')})")
         return body
 
+    def check_deadline(self, what: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TransientError(f"{self.host}: out of time for {what} (this run's deadline passed)")
+
     # --- bytes ---------------------------------------------------------------------------------------------------
     def download_url(self, repo: str, revision: str, file: str) -> str:
         return (
@@ -156,7 +174,9 @@ class ModelScope:
 
 
 class HttpRangeSource:
-    """Byte ranges of one file over HTTP."""
+    """Byte ranges of one file over HTTP. The hub answers each download with a redirect to a signed storage URL;
+    the first one is kept and later ranges go there directly (the hub is a round trip away from Ningxia, once per
+    range otherwise), until storage refuses it (an expired signature): then the hub is asked again."""
 
     name = "modelscope"
 
@@ -165,21 +185,31 @@ class HttpRangeSource:
         self.url = url
         self.size = size
         self.label = label
+        self.storage_url: str | None = None  # where the hub's redirect led, once it did
 
     def stream(self, start: int, end: int) -> Iterator[bytes]:
-        headers = {**self.client.headers(), "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
+        storage = self.storage_url
+        credentials = {} if storage else self.client.headers()  # the hub's token never goes to storage
+        headers = {**credentials, "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
         try:
             r = self.client.pool.request(
-                "GET", self.url, headers=headers, preload_content=False, decode_content=False,
+                "GET", storage or self.url, headers=headers, preload_content=False, decode_content=False,
                 timeout=self.client.timeout,
             )  # fmt: skip
         except (Urllib3Error, OSError) as e:
             raise TransientError(network_reason(e, self.client.host)) from e
         complete = False
-        host = urlsplit(r.geturl() or self.url).netloc or self.client.host  # storage, after the hub's redirect
+        got = r.geturl() or ""  # the redirect's target; without a redirect urllib3 may give the path alone
+        final = got if urlsplit(got).netloc else storage or self.url
+        host = urlsplit(final).netloc or self.client.host  # storage, after the hub's redirect
         try:
+            if storage and r.status >= 400 and r.status not in (416, 429) and r.status < 500:
+                self.storage_url = None  # expired or revoked: the next attempt asks the hub for a new one
+                raise TransientError(f"{host} refused the signed storage URL (HTTP {r.status}); asking the hub again")
             if r.status >= 300:
                 _raise_for_status(r.status, r.read(65536), what=self.label, endpoint=self.client.endpoint)
+            if not storage and urlsplit(final).netloc != urlsplit(self.url).netloc:
+                self.storage_url = final
             _check_range(r.status, r.headers.get("Content-Range"), start, end, self.size, self.label)
             watch = self.client.rate.watch(host)
             while True:
@@ -191,6 +221,7 @@ class HttpRangeSource:
                     complete = True
                     return
                 watch.add(len(chunk))
+                self.client.check_deadline(self.label)
                 yield chunk
         finally:
             if complete:
@@ -232,23 +263,53 @@ def parse_listing(body: Any, *, where: str) -> dict[str, ListedFile]:
     return out
 
 
-def _read_bounded(r: Any, limit: int, rate: RatePolicy, host: str, what: str) -> bytes:
-    """A whole (small) body, refused past `limit` bytes or under the minimum rate."""
-    watch = rate.watch(host)
+def _read_bounded(
+    r: Any, limit: int, rate: RatePolicy, host: str, what: str, encoding: str | None = None, deadline_s: float = 0
+) -> bytes:
+    """A whole (small) body, decoded here: refused past `limit` bytes (sent or decoded), under the minimum rate,
+    past `deadline_s` (LISTING_DEADLINE_S by default) in all, or with more than one content coding."""
+    codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip().lower() not in ("", "identity")]
+    if len(codings) > 1 or (codings and codings[0] not in DECODERS):
+        raise FetchError(f"{host} answered {what} with Content-Encoding {encoding!r}; a hub sends one coding at most")
+    decoder = zlib.decompressobj(DECODERS[codings[0]]) if codings else None
+    deadline_s = deadline_s or LISTING_DEADLINE_S
+    watch, end = rate.watch(host), time.monotonic() + deadline_s
     parts: list[bytes] = []
-    total = 0
+    sent = total = 0
     while True:
         try:
-            chunk = r.read1(CHUNK)
+            raw = r.read1(CHUNK)
         except (Urllib3Error, OSError) as e:
             raise TransientError(f"{host}: {type(e).__name__}: {e}") from e
-        if not chunk:
-            return b"".join(parts)
-        total += len(chunk)
-        if total > limit:
+        if time.monotonic() > end:
+            raise TransientError(f"{host} took more than {deadline_s:.0f} s to send {what}")
+        watch.add(len(raw))
+        sent += len(raw)
+        total += _inflate(decoder, raw, parts, limit - total, host, what) if decoder else len(raw)
+        if decoder is None:
+            parts.append(raw)
+        if total > limit or sent > limit:
             raise FetchError(f"{host} sent more than {limit // (1024 * 1024)} MiB for {what}; not a ModelScope answer")
-        watch.add(len(chunk))
-        parts.append(chunk)
+        if not raw:
+            return b"".join(parts)
+
+
+def _inflate(decoder: Any, data: bytes, out: list[bytes], room: int, host: str, what: str) -> int:
+    """Decode `data` into `out` a MiB at a time, never past room + 1 bytes whatever the ratio (a 275-byte body may
+    claim gigabytes); the bytes added."""
+    added = 0
+    try:
+        while added <= room:
+            want = min(room + 1 - added, CHUNK)  # never 0: zlib reads a max_length of 0 as "no limit"
+            piece = decoder.decompress(data, want)
+            out.append(piece)
+            added += len(piece)
+            data = decoder.unconsumed_tail
+            if not data and len(piece) < want:
+                break
+    except zlib.error as e:
+        raise FetchError(f"{host} sent {what} with a broken content coding ({e})") from None
+    return added
 
 
 def _check_range(status: int, content_range: str | None, start: int, end: int, size: int, label: str) -> None:

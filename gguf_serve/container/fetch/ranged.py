@@ -3,9 +3,15 @@
 How the pieces fit:
 - The file is cut into fixed-size parts. Workers (one per connection) take the lowest unfinished part, ask the
   source for its remaining bytes and `pwrite` them into `<name>.partial` at their offset.
-- One hasher thread feeds sha256 with the contiguous prefix of the file that is already written, reading it back
-  with `preadv` while it is still in the page cache (the workers run at most a few parts ahead of it), so the
-  20 GB are never read a second time from disk and nothing large is held in memory.
+- When no part is left to hand out, a worker that ran dry takes the second half of the range with the most bytes
+  still to come (its owner stops where the half begins): the last seconds of a download run on every connection,
+  not on the one that was cut or slowed down last. Saved progress stays a per-part prefix: bytes of such a second
+  half past a gap are fetched again after a kill, which is at most the tail of one download.
+- sha256 is fed the contiguous prefix of the file that is already written, read back with `preadv` while it is
+  still in the page cache (the workers run at most a few parts ahead of it), so the 20 GB are never read a second
+  time from disk and nothing large is held in memory. A hasher thread does it, and every worker takes a block
+  whenever it finds the hash free after a write: on a busy machine one thread's share of the CPU fell seconds
+  behind the network, all of them together keep up.
 - Every second the monitor thread replaces `<name>.partial.state` (JSON) with how many bytes of each part are
   written. A killed process loses nothing the kernel already has, so a new run on the same boot resumes every part
   where it stopped: nothing already on disk is downloaded again. Every 30 s the monitor also `fdatasync`s the file
@@ -46,6 +52,9 @@ DEFAULT_PART_SIZE = 16 * MIB
 STATE_FORMAT = 1
 HASH_BLOCK = 8 * MIB
 WRITEBACK_STEP = 64 * MIB
+MIN_STEAL = 2 * MIB  # a range is split only when each half would be at least this (a new request per split)
+STEAL_AFTER_S = 0.25  # ... and when its rest would take longer than this at the connections' mean rate
+STEAL_ALIGN = 64 * 1024
 
 
 class RangeSource(Protocol):
@@ -70,8 +79,10 @@ class DownloadStats:
     transferred: int = 0  # bytes received in this run
     resumed: int = 0  # bytes already on disk when this run started
     seconds: float = 0.0  # until the verified file had its final name
+    received_s: float = 0.0  # until the last byte was written (the network)
     verified_s: float = 0.0  # until the last byte was received and hashed (network and hashing only)
     attempts: int = 0  # full passes (more than one after a sha256 mismatch)
+    splits: int = 0  # ranges split at the end so that every connection kept working
 
 
 class RangedDownload:
@@ -115,6 +126,8 @@ class RangedDownload:
                 self.stats.resumed = one.start_bytes
             try:
                 digest = one.run()
+                self.stats.splits += one.steals
+                self.stats.received_s = one.last_byte_at - t0
             except SizeMismatch:
                 self.discard()  # written for a length the source does not have: worth nothing
                 raise
@@ -157,6 +170,20 @@ class RangedDownload:
         state_path(self.target).unlink(missing_ok=True)
 
 
+class _Range:
+    """Bytes [start, end) of the file, `written` of them from `start` on; part: the fixed-size part it lies in.
+    `end` only ever shrinks (another worker took the rest)."""
+
+    __slots__ = ("end", "part", "start", "written")
+
+    def __init__(self, part: int, start: int, end: int, written: int = 0) -> None:
+        self.part, self.start, self.end, self.written = part, start, end, written
+
+    @property
+    def left(self) -> int:
+        return self.end - self.start - self.written
+
+
 class _Pass:
     """One attempt at the whole file: workers, hasher and monitor threads around one open file."""
 
@@ -170,24 +197,31 @@ class _Pass:
         else:
             psize = saved.part_size  # keep the layout the saved progress refers to
         self.part_size = psize
-        self.nparts = max(1, -(-size // psize))
-        self.lengths = [min(psize, size - i * psize) for i in range(self.nparts)] if size else [0]
-        self.written = [0] * self.nparts
+        nparts = max(1, -(-size // psize))
+        self.ranges = [_Range(i, i * psize, min(size, (i + 1) * psize)) for i in range(nparts)]  # in file order
         if saved is not None:
             for i, n in saved.items():
-                if 0 <= i < self.nparts:
-                    self.written[i] = min(n, self.lengths[i])
-        self.pending = [i for i in range(self.nparts) if self.written[i] < self.lengths[i]]
+                if 0 <= i < nparts:
+                    r = self.ranges[i]
+                    r.written = max(0, min(n, r.end - r.start))
+        self.pending = [r for r in self.ranges if r.left > 0]
         self.pending.reverse()  # pop() from the end hands out the lowest part first
+        self.active: set[_Range] = set()
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.abort = threading.Event()
         self.error: BaseException | None = None
-        self.frontier = 0  # first part not completely written
-        self.hashed = 0
+        self.frontier = 0  # index in self.ranges of the first range not completely written
+        self.hashed = 0  # changes only under hash_lock, which also guards hasher and hash_buffer
         self.hasher = hashlib.sha256()
+        self.hash_lock = threading.Lock()
+        self.hash_buffer = memoryview(bytearray(HASH_BLOCK))
         self.digest: str | None = None
-        self.start_bytes = sum(self.written)
+        self.start_bytes = sum(r.written for r in self.ranges)
+        self.steals = 0
+        self.received = 0  # bytes written in this pass
+        self.last_byte_at = time.monotonic()
+        self.began = time.monotonic()
         self.writeback_from = 0
         self.synced: dict[str, int] = dict(saved.synced) if saved is not None else {}
 
@@ -272,49 +306,83 @@ class _Pass:
     def _report(self) -> None:
         if self.dl.on_progress is not None:
             with self.lock:
-                done = sum(self.written)
+                done = sum(r.written for r in self.ranges)
             self.dl.on_progress(done, self.dl.size)
 
     # --- workers -------------------------------------------------------------------------------------------------
-    def _next_part(self) -> int | None:
+    def _next_range(self) -> _Range | None:
         with self.lock:
-            return self.pending.pop() if self.pending and not self.abort.is_set() else None
+            if self.abort.is_set():
+                return None
+            r = self.pending.pop() if self.pending else self._steal()
+            if r is not None:
+                self.active.add(r)
+            return r
+
+    def _steal(self) -> _Range | None:
+        """The second half of the active range with the most bytes to come, as a range of its own (lock held)."""
+        victim = max(self.active, key=lambda r: r.left, default=None)
+        if victim is None or victim.left < 2 * MIN_STEAL:
+            return None
+        per_connection = self.received / max(1e-3, time.monotonic() - self.began) / max(1, len(self.active))
+        if victim.left < per_connection * STEAL_AFTER_S:
+            return None  # ends soon anyway: a new request and the bytes in flight would cost more than it saves
+        split = victim.end - victim.left // 2
+        split -= split % STEAL_ALIGN
+        if split - (victim.start + victim.written) < MIN_STEAL:
+            return None
+        taken = _Range(victim.part, split, victim.end)
+        victim.end = split  # its owner stops here
+        self.ranges.insert(self.ranges.index(victim, self.frontier) + 1, taken)
+        self.steals += 1
+        return taken
 
     def _worker(self) -> None:
-        while (i := self._next_part()) is not None:
-            self._fetch_part(i)
+        while (r := self._next_range()) is not None:
+            try:
+                self._fetch_range(r)
+            finally:
+                with self.lock:
+                    self.active.discard(r)
 
-    def _fetch_part(self, i: int) -> None:
-        pstart = i * self.part_size
-        pend = pstart + self.lengths[i]
+    def _fetch_range(self, r: _Range) -> None:
         failures = 0
-        while self.written[i] < self.lengths[i]:
+        while r.left > 0:
             if self.abort.is_set():
                 return
-            off = pstart + self.written[i]
-            before = self.written[i]
+            off, pend = r.start + r.written, r.end
+            before = r.written
             stream = self.source.stream(off, pend)
             try:
                 for chunk in stream:
                     if self.abort.is_set():
                         return
-                    n = len(chunk)
-                    pos = pstart + self.written[i]
-                    if pos + n > pend:
+                    pos = r.start + r.written
+                    if pos + len(chunk) > pend:
                         raise FetchError(f"{self.source.name} sent more than bytes {off}-{pend - 1}")
-                    view = memoryview(chunk)
+                    view = memoryview(chunk)[: max(0, r.end - pos)]  # the range may have been split meanwhile
+                    n = len(view)
                     while view:
                         k = os.pwrite(self.fd, view, pos)
                         view, pos = view[k:], pos + k
                     with self.cond:
-                        self.written[i] += n
+                        n = min(n, r.left)  # bytes past a split are the taker's to count
+                        r.written += n
+                        self.received += n
+                        self.last_byte_at = time.monotonic()
                         self.dl.stats.transferred += n
-                        self.cond.notify_all()
-                if self.written[i] < self.lengths[i]:
-                    raise TransientError(f"short body: {self.written[i] - before} of {pend - off} bytes")
+                        if self.frontier < len(self.ranges) and self.ranges[self.frontier] is r:
+                            self.cond.notify_all()  # only the first unfinished range moves the hashed prefix
+                        hashable = self._contiguous_end()
+                    if hashable - self.hashed >= HASH_BLOCK:
+                        self._hash_upto(hashable, wait=False, most=HASH_BLOCK)
+                    if r.left <= 0:
+                        return  # split: the rest of this stream is someone else's
+                if r.left > 0:
+                    raise TransientError(f"short body: {r.written - before} of {pend - off} bytes")
             except TransientError as e:
                 # Only failures without progress add up; a trickle makes "progress" and must add up too.
-                progressed = self.written[i] > before and not isinstance(e, TooSlow)
+                progressed = r.written > before and not isinstance(e, TooSlow)
                 failures = 1 if progressed else failures + 1
                 if failures > self.dl.retry.attempts:
                     raise FetchError(
@@ -340,37 +408,62 @@ class _Pass:
     # --- hashing -------------------------------------------------------------------------------------------------
     def _contiguous_end(self) -> int:
         """End of the written prefix; call with the lock held."""
-        while self.frontier < self.nparts and self.written[self.frontier] >= self.lengths[self.frontier]:
+        ranges = self.ranges
+        while self.frontier < len(ranges) and ranges[self.frontier].left <= 0:
             self.frontier += 1
-        if self.frontier >= self.nparts:
+        if self.frontier >= len(ranges):
             return self.dl.size
-        return self.frontier * self.part_size + self.written[self.frontier]
+        r = ranges[self.frontier]
+        return r.start + r.written
 
     def _hash_loop(self) -> None:
-        buf = bytearray(HASH_BLOCK)
-        view = memoryview(buf)
         size = self.dl.size
         while self.hashed < size:
             with self.cond:
-                while (end := self._contiguous_end()) <= self.hashed and not self.abort.is_set():
+                while (end := self._contiguous_end()) <= self.hashed < size and not self.abort.is_set():
                     self.cond.wait(timeout=1.0)
                 if self.abort.is_set():
                     return
-            while self.hashed < end:
-                want = min(HASH_BLOCK, end - self.hashed)
-                n = os.preadv(self.fd, [view[:want]], self.hashed)
-                if n <= 0:
-                    raise FetchError(f"could not read back {partial_path(self.dl.target)} at {self.hashed}")
-                self.hasher.update(view[:n])
-                self.hashed += n
-                if self.abort.is_set():
-                    return
+            self._hash_upto(end, wait=True)
         self.digest = self.hasher.hexdigest()
 
+    def _hash_upto(self, end: int, *, wait: bool, most: int | None = None) -> None:
+        """Hash the written prefix up to `end` (at most `most` bytes), unless another thread holds the hash and
+        `wait` is false. Whoever holds hash_lock feeds sha256, in file order."""
+        if not self.hash_lock.acquire(blocking=wait):
+            return
+        try:
+            stop = end if most is None else min(end, self.hashed + most)
+            while self.hashed < stop and not self.abort.is_set():
+                want = min(HASH_BLOCK, stop - self.hashed)
+                n = os.preadv(self.fd, [self.hash_buffer[:want]], self.hashed)
+                if n <= 0:
+                    raise FetchError(f"could not read back {partial_path(self.dl.target)} at {self.hashed}")
+                self.hasher.update(self.hash_buffer[:n])
+                self.hashed += n
+        finally:
+            self.hash_lock.release()
+        if self.hashed >= self.dl.size:
+            with self.cond:
+                self.cond.notify_all()  # the hasher thread may be waiting for bytes a worker just hashed
+
     # --- state ---------------------------------------------------------------------------------------------------
+    def _prefixes(self) -> dict[str, int]:
+        """Bytes written from the start of each part, up to its first gap (the saved format; lock held)."""
+        out: dict[str, int] = {}
+        gap: set[int] = set()
+        for r in self.ranges:
+            if r.part in gap:
+                continue
+            if r.written:
+                out[str(r.part)] = out.get(str(r.part), 0) + r.written
+            if r.left > 0:
+                gap.add(r.part)
+        return out
+
     def _save_state(self, *, sync: bool = False) -> None:
         with self.lock:
-            snapshot = {str(i): n for i, n in enumerate(self.written) if n}
+            snapshot = self._prefixes()
         if sync:
             try:
                 os.fdatasync(self.fd)  # what `synced` counts must be on disk before the state says so

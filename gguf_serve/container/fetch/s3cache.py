@@ -10,6 +10,7 @@ used only for a profile that pins a sha256, and its bytes are checked against th
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,9 @@ class S3Cache:
 
             client = boto3.client(
                 "s3",
-                region_name=region,
+                # botocore reads AWS_DEFAULT_REGION, not AWS_REGION (what the boot script and the pod set); without
+                # either it asks the instance metadata, which a pod cannot reach
+                region_name=region or os.environ.get("AWS_REGION") or None,
                 config=Config(
                     max_pool_connections=connections * 2,
                     retries={"mode": "standard", "max_attempts": 3},
@@ -146,7 +149,7 @@ class S3RangeSource:
         self.rate = rate or RatePolicy()
 
     def stream(self, start: int, end: int) -> Iterator[bytes]:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import ClientError
 
         try:
             resp = self.client.get_object(
@@ -154,8 +157,8 @@ class S3RangeSource:
             )
         except ClientError as e:
             raise _classify(e, self.obj) from e
-        except BotoCoreError as e:
-            raise TransientError(f"{type(e).__name__}: {e}") from e
+        except Exception as e:  # noqa: BLE001 - botocore's, urllib3's or the socket's: the network, retried
+            raise TransientError(f"s3://{self.obj.bucket}: {type(e).__name__}: {e}") from e
         body = resp["Body"]
         # read1 returns what has arrived; StreamingBody.read(n) would wait for all n bytes of a trickle.
         raw = getattr(body, "_raw_stream", None)
@@ -165,8 +168,8 @@ class S3RangeSource:
             while True:
                 try:
                     chunk = read(CHUNK)
-                except (BotoCoreError, OSError) as e:
-                    raise TransientError(f"{type(e).__name__}: {e}") from e
+                except Exception as e:  # noqa: BLE001 - urllib3's ProtocolError, ReadTimeoutError: not OSError, not botocore's
+                    raise TransientError(f"s3://{self.obj.bucket}: {type(e).__name__}: {e}") from e
                 if not chunk:
                     return
                 watch.add(len(chunk))

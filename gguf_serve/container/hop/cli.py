@@ -8,11 +8,14 @@ import resource
 import signal
 import sys
 import threading
+from pathlib import Path
 
+from gguf_serve.container.hop.auth import ApiKeys
 from gguf_serve.container.hop.drain import Drainer, DrainSettings
 from gguf_serve.container.hop.gpu import GpuReader
+from gguf_serve.container.hop.pod import PodDrainer
 from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
-from gguf_serve.container.names import SERVER_PORT, UPSTREAM_PORT
+from gguf_serve.container.names import API_KEY_ENV, SERVER_PORT, UPSTREAM_PORT
 
 MIB = 1024 * 1024
 
@@ -55,7 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--header-timeout", type=float, default=limits.header_timeout_s, help="s (default %(default)s)")
     p.add_argument("--body-timeout", type=float, default=limits.body_timeout_s, help="s between body pieces")
+    p.add_argument(
+        "--body-deadline", type=float, default=limits.body_deadline_s, help="s for a whole body (default %(default)s)"
+    )
     p.add_argument("--max-connections", type=int, default=limits.max_connections, help="default %(default)s")
+    key = p.add_argument_group(
+        "API key", "llama-server's key: a request without it is answered 401 here, never read, forwarded or admitted"
+    )
+    key.add_argument(
+        "--api-key-env-file", type=Path, help=f"file with a line {API_KEY_ENV}=... (the instance's; re-read on change)"
+    )
+    key.add_argument("--api-key-env", metavar="NAME", help=f"environment variable holding the key, e.g. {API_KEY_ENV}")
     drain = p.add_argument_group(
         "drain", "watch the instance metadata and drain on a notice (gguf_serve/container/hop/drain.py)"
     )
@@ -66,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--drain-hook", help="termination lifecycle hook to heartbeat and complete (none without)")
     drain.add_argument("--region", help="AWS region for the lifecycle calls and the drain's metrics")
     drain.add_argument("--namespace", help="CloudWatch namespace for the drain's counts (log only without)")
+    drain.add_argument(
+        "--pod-drain",
+        metavar="FILE",
+        type=Path,
+        help="in a Kubernetes pod: drain on SIGUSR1 (the preStop hook, gguf_serve/container/hop/pod.py) up to "
+        "--drain-deadline, then write the outcome to FILE; instead of --drain-imds",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every request line")
     return p
 
@@ -83,13 +103,20 @@ def main(argv: list[str] | None = None) -> int:
         idle_timeout_s=args.idle_timeout,
         header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
+        body_deadline_s=args.body_deadline,
         max_connections=args.max_connections,
     )
-    _raise_open_files(limits.max_connections)
+    _raise_open_files(limits.max_connections + limits.overflow_connections)
     try:
         admission = _admission(args)
+        keys = _keys(args)
         drainer = None
-        if args.drain_imds:
+        if args.pod_drain and args.drain_imds:
+            raise ValueError("--pod-drain and --drain-imds: a pod has no instance metadata to watch; use one")
+        if args.pod_drain:
+            drainer = PodDrainer(deadline_s=args.drain_deadline, report=args.pod_drain)
+            drainer.install()
+        elif args.drain_imds:
             drainer = Drainer(
                 DrainSettings(
                     imds_url=args.drain_imds,
@@ -107,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             limits=limits,
             admission=admission,
             drainer=drainer,
+            keys=keys,
         )
     except (ValueError, OSError) as e:
         print(f"gguf-serve-hop: {e}", file=sys.stderr)
@@ -117,9 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     host, port = server.server_address[:2]
     gpu_text = f"GPU gauges from {gpu.binary}" if gpu and gpu.binary else "no GPU gauges"
     shed = f"429 past {admission.limit} in flight" if admission.limit else "no admission limit"
-    watch = f"drain on IMDS notices ({args.drain_imds})" if drainer else "no drain watch"
+    watch = (
+        f"drain on SIGUSR1 (outcome in {args.pod_drain})"
+        if args.pod_drain
+        else f"drain on IMDS notices ({args.drain_imds})"
+        if drainer
+        else "no drain watch"
+    )
+    auth = "401 without the API key" if keys else "no API key here (llama-server checks it; keyless requests admitted)"
     logging.getLogger("gguf-serve-hop").info(
-        "listening on %s:%s, upstream %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, watch
+        "listening on %s:%s, upstream %s, %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, auth, watch
     )
     with server:
         server.serve_forever()
@@ -142,10 +177,19 @@ def _admission(args: argparse.Namespace) -> Admission:
     return Admission(slots=slots or 1, queue_per_slot=queue)
 
 
+def _keys(args: argparse.Namespace) -> ApiKeys | None:
+    if args.api_key_env_file and args.api_key_env:
+        raise ValueError("give the API key one way: --api-key-env-file or --api-key-env")
+    if args.api_key_env_file:
+        return ApiKeys(env_file=args.api_key_env_file)
+    return ApiKeys.from_env(args.api_key_env) if args.api_key_env else None
+
+
 def _raise_open_files(connections: int) -> None:
-    """Room for every client connection and its upstream one: the soft limit up to the hard one."""
+    """Room for every client connection and its upstream one, and a burst of accepts: the soft limit up to the
+    hard one (asyncio accepts up to 100 connections per wake-up before a closed one's socket is released)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = 2 * connections + 64
+    want = 2 * connections + 100 + 64
     if soft != resource.RLIM_INFINITY and soft < want:
         target = want if hard == resource.RLIM_INFINITY else min(want, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

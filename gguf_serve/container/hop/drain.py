@@ -44,6 +44,9 @@ IN_SERVICE = "InService"
 STANDBY = "Standby"  # EnterStandby: no lifecycle hook holds it, and ExitStandby brings it back InService
 PUBLISH_MARGIN_S = 10.0  # a Spot drain reports this long before the interruption, while the network is still there
 TOKEN_TTL_S = 21600
+# A CompleteLifecycleAction that fails (throttled, the network) is tried again at each poll for this long: the
+# hook's own timeout (three heartbeats) ends the wait anyway. A ValidationError means no action waits: not retried.
+COMPLETE_RETRY_S = 3 * DRAIN_HEARTBEAT_S
 
 
 class Imds:
@@ -134,6 +137,7 @@ class Drainer:
         self.seen_in_service = False
         self.lifecycle_state: str | None = None
         self.completed_hook = False
+        self.complete_tries = 0
         self.heartbeats = 0
         self._last_beat = 0.0
         self.identity: tuple[str, str] | None = None  # (group, instance id)
@@ -179,8 +183,10 @@ class Drainer:
                 await asyncio.to_thread(self._lifecycle, "heartbeat", server.in_flight)
                 self._last_beat = now
         if drain.done and self._hooked() and not self.completed_hook:
-            await asyncio.to_thread(self._lifecycle, "complete")
-            self.completed_hook = True
+            self.complete_tries += 1
+            done = await asyncio.to_thread(self._lifecycle, "complete")
+            last = self.complete_tries * self.settings.poll_s >= COMPLETE_RETRY_S
+            self.completed_hook = done or last
 
     async def _notice(self, server: Any) -> None:
         spot, state, rebalance = await asyncio.to_thread(self._read)
@@ -213,7 +219,7 @@ class Drainer:
         """Back InService after a lifecycle drain (ExitStandby): close the drain's books and serve again. A Spot
         drain never resumes: the interruption comes whatever the group says."""
         drain = server.drain
-        self.lifecycle_state, self.completed_hook = None, False
+        self.lifecycle_state, self.completed_hook, self.complete_tries = None, False, 0
         if drain is None or drain.reason.startswith("spot"):
             return
         if not drain.done:
@@ -234,9 +240,10 @@ class Drainer:
             self.identity = (group, self.imds.get("meta-data/instance-id") or "")
         return self.identity
 
-    def _lifecycle(self, what: str, running: int = 0) -> None:
+    def _lifecycle(self, what: str, running: int = 0) -> bool:
+        """True when the call went through, or can never go through (nothing to retry)."""
         if not self.settings.hook:
-            return
+            return True
         group, instance = self._who()
         args = {"AutoScalingGroupName": group, "LifecycleHookName": self.settings.hook, "InstanceId": instance}
         autoscaling = self.client("autoscaling")
@@ -248,8 +255,12 @@ class Drainer:
             else:
                 autoscaling.complete_lifecycle_action(**args, LifecycleActionResult="CONTINUE")
                 log.info("drain: completed %s with CONTINUE", self.settings.hook)
-        except Exception as e:  # noqa: BLE001 - no pending action (a Spot drain, a detach): say so and go on
-            log.warning("drain: %s on %s: %s", what, self.settings.hook, e)
+        except Exception as e:  # noqa: BLE001 - no pending action (a Spot drain, a detach), or a throttle
+            code = getattr(e, "response", {}).get("Error", {}).get("Code", "")
+            final = code == "ValidationError" or what != "complete"  # no action waits; a heartbeat comes again
+            log.warning("drain: %s on %s: %s%s", what, self.settings.hook, e, "" if final else "; tried again")
+            return final
+        return True
 
     def _publish(self, drain: DrainState) -> None:
         if not self.settings.namespace:

@@ -129,6 +129,8 @@ class RequestMetrics:
         self._lock = threading.Lock()
         # Admission and connections, set by the proxy (ints: read whole from another thread)
         self.shed = 0  # slot-taking requests answered 429
+        self.unauthorized = 0  # requests answered 401 at the hop: without the key, never admitted nor shed
+        self.evicted = 0  # connections closed for a newer one with the table full
         self.in_flight = 0  # slot-taking requests admitted and not finished
         self.admission_limit: int | None = None  # in_flight beyond which requests are shed; None: never
         self.connections = 0  # client connections open
@@ -177,12 +179,18 @@ class RequestMetrics:
             f"# HELP {names.SHED} Slot-taking requests the hop answered 429 (admission limit reached)",
             f"# TYPE {names.SHED} counter",
             f"{names.SHED} {self.shed}",
+            f"# HELP {names.UNAUTHORIZED} Requests without the API key, answered 401 by the hop (not forwarded)",
+            f"# TYPE {names.UNAUTHORIZED} counter",
+            f"{names.UNAUTHORIZED} {self.unauthorized}",
             f"# HELP {names.IN_FLIGHT} Slot-taking requests admitted to llama-server and not finished",
             f"# TYPE {names.IN_FLIGHT} gauge",
             f"{names.IN_FLIGHT} {self.in_flight}",
             f"# HELP {names.CONNECTIONS} Client connections open at the hop",
             f"# TYPE {names.CONNECTIONS} gauge",
             f"{names.CONNECTIONS} {self.connections}",
+            f"# HELP {names.CONNECTIONS_EVICTED} Connections closed to make room for a newer one (the cap)",
+            f"# TYPE {names.CONNECTIONS_EVICTED} counter",
+            f"{names.CONNECTIONS_EVICTED} {self.evicted}",
         ]
         lines += [
             f"# HELP {names.DRAINING} 1 once this instance drains (a Spot notice, or it is leaving the group)",

@@ -11,9 +11,11 @@ DURATION = f"{PREFIX}_request_duration_seconds"
 # counter, labels: code (HTTP status, "client_closed", or "upstream_closed": llama-server cut the answer), stream
 REQUESTS = f"{PREFIX}_requests_total"
 SHED = f"{PREFIX}_requests_shed_total"  # counter: answered 429 by admission control
+UNAUTHORIZED = f"{PREFIX}_requests_unauthorized_total"  # counter: answered 401 at the hop (no key)
 IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge: slot-taking requests admitted, processing or waiting
 ADMISSION_LIMIT = f"{PREFIX}_admission_limit"  # gauge: slots * (1 + queue_per_slot), when set
 CONNECTIONS = f"{PREFIX}_connections_open"  # gauge
+CONNECTIONS_EVICTED = f"{PREFIX}_connections_evicted_total"  # counter: closed for a newer one at the cap
 DRAINING = f"{PREFIX}_draining"  # gauge: 1 from a Spot notice or the group's leave until the instance goes
 DRAIN_REFUSED = f"{PREFIX}_drain_requests_refused_total"  # counter: slot-taking requests answered 503 while draining
 DRAIN_STREAMS_CUT = f"{PREFIX}_drain_streams_cut"  # gauge: streams still running when the drain ended; absent before

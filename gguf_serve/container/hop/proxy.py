@@ -30,6 +30,9 @@ from urllib.parse import unquote, urlsplit
 
 import h11
 
+from gguf_serve.container.hop.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE, ApiKeys, needs_key
+from gguf_serve.container.hop.chunked import ChunkedDecoder, ChunkedError
+from gguf_serve.container.hop.connections import BODY, BUSY, IDLE, ConnectionTable
 from gguf_serve.container.hop.drain import Drainer, DrainState
 from gguf_serve.container.hop.gpu import GpuReader
 from gguf_serve.container.hop.metrics import RequestMetrics, RequestRecord, SseTokenScanner
@@ -50,7 +53,6 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 MAX_KEPT_BODY = 8 * 1024 * 1024  # a non-streamed answer is read for its timings up to this size
 MAX_METRICS_BODY = 16 * 1024 * 1024
-DRAIN_ON_REFUSAL = 1024 * 1024  # a refused request's body up to this is read and dropped to keep the connection
 READ_SIZE = 65536
 _HEAD_END = re.compile(rb"\r?\n\r?\n")  # where h11 ends a request head (it accepts bare LF line ends too)
 _LINE_END = re.compile(rb"\r?\n")
@@ -66,9 +68,11 @@ class Limits:
     max_header_bytes: int = 32 * 1024  # request line and headers; more gets 431
     header_timeout_s: float = 10.0  # from a request's first byte to the end of its headers
     body_timeout_s: float = 30.0  # between two pieces of a request body
+    body_deadline_s: float = 120.0  # for a whole request body (64 MiB at 4.5 Mbit/s); then 408
     idle_timeout_s: float = 620.0  # keep-alive between requests: above the ALB's 600 s idle timeout
     send_timeout_s: float = 120.0  # a client that takes no bytes for this long is gone
     max_connections: int = 4096  # past it, the longest-idle connection is closed for the new one
+    overflow_connections: int = 64  # past a full table of busy connections: these answer GET /health only
     connect_timeout_s: float = 5.0
     health_timeout_s: float = 0.5
 
@@ -105,6 +109,7 @@ class ProxyServer:
         limits: Limits | None = None,
         admission: Admission | None = None,
         drainer: Drainer | None = None,
+        keys: ApiKeys | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
@@ -119,10 +124,11 @@ class ProxyServer:
         self.admission = admission or Admission()
         self.metrics.admission_limit = self.admission.limit
         self.in_flight = 0  # slot-taking requests admitted and not finished
+        self.keys = keys  # llama-server's API keys: a request without one is answered 401 here (auth.py)
         self.drainer = drainer  # watches IMDS and drains on a notice (gguf_serve/container/hop/drain.py)
         self.drain: DrainState | None = None  # once set, new slot-taking requests get 503 until the process ends
         self.last_upstream_byte = 0.0  # time.monotonic() of the last byte read from llama-server
-        self._connections: dict[_Connection, None] = {}  # insertion order: the oldest first
+        self._connections = ConnectionTable(self.limits.max_connections, self.limits.overflow_connections)
         self._sock = socket.create_server(listen, backlog=1024, reuse_port=False)
         self.server_address = self._sock.getsockname()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -153,6 +159,11 @@ class ProxyServer:
     def server_close(self) -> None:
         self._sock.close()
 
+    def rewrite(self, request: h11.Request) -> h11.Request:
+        """The request as the hop handles it: unchanged here. A front that maps its own routes onto llama-server's
+        overrides this (gguf_serve/container/sagemaker/front.py) and raises Refused for what it does not serve."""
+        return request
+
     def begin_drain(self, reason: str, deadline: float) -> DrainState:
         """From the loop: stop taking requests; the ones admitted run on. `deadline` is a time.time()."""
         if self.drain is None:
@@ -176,6 +187,7 @@ class ProxyServer:
 
     def hop_exposition(self) -> str:
         self.metrics.connections = len(self._connections)
+        self.metrics.evicted = self._connections.evicted
         self.metrics.in_flight = self.in_flight
         self.metrics.draining = self.drain is not None
         if self.drain is not None and self.drain.cut is not None:
@@ -204,19 +216,19 @@ class ProxyServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if len(self._connections) >= self.limits.max_connections:
-            idle = next((c for c in self._connections if c.idle), None)
-            if idle is None:  # every connection is mid-request: refuse this one rather than grow
-                writer.close()
-                return
-            idle.close()
         conn = _Connection(self, reader, writer)
+        place = self._connections.admit(conn)
+        if place is None:  # every connection is answering and the overflow is full: refuse rather than grow
+            writer.transport.abort()
+            return
+        conn.overflow = place == "overflow"
         conn.task = asyncio.current_task()
-        self._connections[conn] = None
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            pass  # closed for a newer connection, or the hop stops: the transport is gone already
         finally:
-            self._connections.pop(conn, None)
+            self._connections.forget(conn)
 
 
 class _ClientGone(Exception):
@@ -231,6 +243,9 @@ class _Refused(Exception):
         self.status, self.message = status, message
 
 
+Refused = _Refused  # what ProxyServer.rewrite raises for a request it answers itself with an error
+
+
 class _Connection:
     """One client connection: requests one after another (h11 keeps pipelined bytes until the cycle ends)."""
 
@@ -240,11 +255,14 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
-        self.idle = True
+        self.overflow = False  # let in past a full table: answers GET /health only, then closes
         self.task: asyncio.Task[Any] | None = None
         self.peer_eof = False
         self.head_only = False  # the current request is HEAD: answers carry no body
         self._read: asyncio.Future[bytes] | None = None
+
+    def place(self, where: str) -> None:
+        self.server._connections.place(self, where)
 
     def close(self) -> None:
         if self.task is not None:
@@ -254,7 +272,7 @@ class _Connection:
     async def run(self) -> None:
         try:
             while True:
-                self.idle = True
+                self.place(IDLE)
                 try:
                     event = await self._next_request()
                 except h11.RemoteProtocolError as e:
@@ -262,11 +280,11 @@ class _Connection:
                     return
                 if not isinstance(event, h11.Request):
                     return
-                self.idle = False
+                self.place(BUSY)
                 await self._handle(event)
                 if self.h11.our_state is h11.DONE and self.h11.their_state is h11.SEND_BODY:
-                    await self._drain_body(DRAIN_ON_REFUSAL)  # answered without its body (/health, a 429)
-                if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+                    self._take_buffered_body()  # answered before its body arrived: kept only if the body is in
+                if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE or self.overflow:
                     return
                 self.h11.start_next_cycle()
         except (_ClientGone, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
@@ -319,7 +337,7 @@ class _Connection:
 
     async def _next_request(self) -> h11.Request | h11.ConnectionClosed:
         """The next request head: idle_timeout_s for its first byte, then header_timeout_s for all of it."""
-        deadline = None
+        deadline = time.monotonic() + self.limits.header_timeout_s if self.overflow else None
         while True:
             if self.h11.their_state is h11.IDLE and _repeated_length(self.h11.trailing_data[0]):
                 await self._refuse_unparsed(400, "bad request: more than one Content-Length")
@@ -348,7 +366,16 @@ class _Connection:
     async def _send(self, event: h11.Event) -> None:
         data = self.h11.send(event)
         if data:
-            self.writer.write(data)
+            await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
+        """Bytes to the client; waits (at most send_timeout_s) only while its buffer is over the high-water mark:
+        a drain wrapped in wait_for on every token cost a task and a timer each."""
+        transport = self.writer.transport
+        if transport.is_closing():
+            raise _ClientGone("the client connection closed")
+        self.writer.write(data)
+        if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
             try:
                 await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
             except (ConnectionError, OSError, TimeoutError) as e:
@@ -358,7 +385,7 @@ class _Connection:
         self, status: int, body: bytes, content_type: bytes = b"application/json", extra: Iterable = ()
     ) -> None:
         headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *extra]
-        await self._send(h11.Response(status_code=status, headers=headers))
+        await self._send(h11.Response(status_code=status, headers=self._closing(headers)))
         if not self.head_only:
             await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
@@ -384,28 +411,30 @@ class _Connection:
             await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
         await self._linger()
 
-    async def _drain_body(self, limit: int) -> bool:
-        """Read and drop the request body up to `limit` bytes; True when it ended there."""
-        seen = 0
-        while seen <= limit:
-            event = self.h11.next_event()
-            if event is h11.NEED_DATA:
-                if self.peer_eof:
-                    return False
-                try:
-                    await self._receive(self.limits.body_timeout_s)
-                except TimeoutError:
-                    return False
-            elif isinstance(event, h11.Data):
-                seen += len(event.data)
-            else:
+    def _take_buffered_body(self) -> bool:
+        """Read past the request body in the bytes that have arrived, never waiting for more: True when it ended
+        there. An answer given before its body arrived (a refusal, /health) never waits for the rest of it."""
+        while self.h11.their_state is h11.SEND_BODY:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError:
+                return False
+            if not isinstance(event, h11.Data):
                 return isinstance(event, h11.EndOfMessage)
-        return False
+        return self.h11.their_state is h11.DONE
+
+    def _closing(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """An answer to a request whose body has not all arrived says the connection closes after it."""
+        coming = self.h11.their_state is h11.SEND_BODY and not self._take_buffered_body()
+        if (coming or self.overflow) and not any(n.lower() == b"connection" for n, _ in headers):
+            return [*headers, (b"connection", b"close")]
+        return headers
 
     async def _handle(self, request: h11.Request) -> None:
         started = time.monotonic()
         self.head_only = request.method == b"HEAD"
         try:
+            request = self.server.rewrite(request)
             route, length, chunked = self._check(request)
         except _Refused as e:
             await self._refuse(e.status, e.message)
@@ -414,6 +443,16 @@ class _Connection:
         server = self.server
         if method == "GET" and route in ("/health", "/v1/health"):
             await self._health(request)
+            return
+        if self.overflow:
+            retry = [(b"retry-after", b"%d" % server.admission.retry_after_s)]
+            await self._refuse(503, f"the hop holds {self.limits.max_connections} connections; retry", extra=retry)
+            return
+        has_body = chunked or bool(length)
+        keyless = server.keys is not None and needs_key(request.method, route, has_body)
+        if keyless and not server.keys.accepts(request.headers):  # type: ignore[union-attr]
+            server.metrics.unauthorized += 1  # answered here: no body read, no admission place, not shed
+            await self._reply(401, UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE)
             return
         slot = method == "POST" and route in SLOT_PATHS
         measured = method == "POST" and route in GENERATION_PATHS
@@ -450,6 +489,8 @@ class _Connection:
         target = request.target
         if not target.startswith(b"/"):
             raise _Refused(400, "the request target must be a path (origin-form)")
+        if request.http_version not in (b"1.0", b"1.1"):
+            raise _Refused(505, f"HTTP/{request.http_version.decode('ascii')} is not served here; use HTTP/1.1")
         lengths = [v for n, v in request.headers if n == b"content-length"]
         chunked = any(n == b"transfer-encoding" for n, _ in request.headers)
         if lengths and chunked:  # RFC 9112 6.1: a proxy must not forward such a request; llama-server reads both
@@ -467,7 +508,7 @@ class _Connection:
         if record is not None:
             record.status = status
             self.server.metrics.observe(record)
-        keep = length is not None and length <= DRAIN_ON_REFUSAL and await self._drain_body(DRAIN_ON_REFUSAL)
+        keep = self._take_buffered_body()  # a body still on its way is never waited for: the connection closes
         retry = [(b"retry-after", b"%d" % self.server.admission.retry_after_s)]
         await self._refuse(status, reason, close=not keep, extra=retry)
 
@@ -486,7 +527,8 @@ class _Connection:
                 _fetch(server, request, limit=65536), self.limits.health_timeout_s
             )
         except (TimeoutError, OSError, h11.ProtocolError) as e:
-            alive = time.monotonic() - server.last_upstream_byte < HEALTH_ALIVE_S
+            # Busy (a timeout) while bytes flow is alive; a refused or reset connection is llama-server gone.
+            alive = isinstance(e, TimeoutError) and time.monotonic() - server.last_upstream_byte < HEALTH_ALIVE_S
             log.debug("upstream /health: %s; upstream %s", type(e).__name__, "streaming" if alive else "silent")
             if alive:  # busy answering others: the HTTP threads are taken, the model is loaded
                 await self._reply(200, b'{"status":"ok"}')
@@ -497,7 +539,8 @@ class _Connection:
 
     async def _relay_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         kept = [(n, v) for n, v in headers if n.lower() not in HOP_BY_HOP and n.lower() != b"content-length"]
-        await self._send(h11.Response(status_code=status, headers=[*kept, (b"content-length", b"%d" % len(body))]))
+        headers = self._closing([*kept, (b"content-length", b"%d" % len(body))])
+        await self._send(h11.Response(status_code=status, headers=headers))
         if body:
             await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
@@ -516,9 +559,12 @@ def _repeated_length(buffered: bytes) -> bool:
     return sum(1 for f in fields if f.partition(b":")[0].lower() == b"content-length") > 1
 
 
-def _forwarded_headers(server: ProxyServer, request: h11.Request, chunked: bool) -> list[tuple[bytes, bytes]]:
+def _forwarded_headers(
+    server: ProxyServer, request: h11.Request, chunked: bool, *, bodiless: bool = False
+) -> list[tuple[bytes, bytes]]:
+    dropped = HOP_BY_HOP | {b"content-length"} if bodiless else HOP_BY_HOP  # a body the hop does not forward
     headers = [(b"Host", server.upstream_netloc.encode())]
-    headers += [(n, v) for n, v in request.headers.raw_items() if n.lower() not in HOP_BY_HOP]
+    headers += [(n, v) for n, v in request.headers.raw_items() if n.lower() not in dropped]
     if chunked:
         headers.append((b"Transfer-Encoding", b"chunked"))
     return headers
@@ -541,9 +587,8 @@ async def _fetch(server: ProxyServer, request: h11.Request, *, limit: int) -> tu
     reader, writer = await _open_upstream(server)
     try:
         up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
-        head = h11.Request(
-            method=request.method, target=request.target, headers=_forwarded_headers(server, request, False)
-        )
+        headers = _forwarded_headers(server, request, False, bodiless=True)
+        head = h11.Request(method=request.method, target=request.target, headers=headers)
         writer.write(up.send(head) + up.send(h11.EndOfMessage()))
         status, headers, body = 0, [], bytearray()
         while True:
@@ -579,8 +624,12 @@ class _Exchange:
         self.record = record
         self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
         self.head_sent = False
-        self._up_read: asyncio.Future[bytes] | None = None
         self.completed = False  # the whole answer reached the client
+        self._task: asyncio.Task[Any] | None = None
+        self._relaying = False
+        self._interrupt: BaseException | None = None  # why the relay was stopped from outside (body pump, silence)
+        self._last_byte = 0.0
+        self._silence: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         server, conn = self.server, self.conn
@@ -593,12 +642,12 @@ class _Exchange:
             return
         body = asyncio.create_task(self._pump_body(writer))
         try:
-            await self._relay(reader, body)
+            await self._relay_watched(reader, body)
         except _ClientGone as e:
             if self.record is not None and not self.record.answered:
                 self.record.client_closed = True
             log.debug("client left during the answer: %s", e)
-        except (OSError, TimeoutError, h11.RemoteProtocolError) as e:
+        except (OSError, TimeoutError, h11.RemoteProtocolError, ChunkedError) as e:
             log.warning("upstream answer broke off: %s: %s", type(e).__name__, e)
             if self.head_sent:
                 conn.writer.transport.abort()  # no final chunk: the client sees a cut answer, not a complete one
@@ -610,8 +659,6 @@ class _Exchange:
             body.cancel()
             with contextlib.suppress(BaseException):
                 await body
-            if self._up_read is not None:
-                self._up_read.cancel()
             writer.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
         if self.record is not None and self.record.finished is None:
             self.record.finished = time.monotonic()
@@ -623,6 +670,56 @@ class _Exchange:
             self.record.finished = time.monotonic()
             self.server.metrics.observe(self.record)
 
+    # --- stopping the relay from outside: one timer and one callback per request, not a wait per read ---------------
+    async def _relay_watched(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+        """The relay, stopped (its task cancelled at whatever it awaits) when the body pump fails (the client left,
+        a 413) or llama-server sends nothing for upstream_timeout_s; the cause is raised in place of the cancel."""
+        loop = asyncio.get_running_loop()
+        self._task, self._relaying, self._last_byte = asyncio.current_task(), True, time.monotonic()
+        body.add_done_callback(self._body_ended)
+        self._silence = loop.call_later(self.server.upstream_timeout_s, self._check_silence)
+        try:
+            await self._relay(reader)
+        except asyncio.CancelledError:
+            self._relaying = False
+            reason = self._interrupt
+            if reason is None or (self._task is not None and self._task.uncancel() > 0):
+                raise  # cancelled by the server's shutdown, not by us
+            await self._interrupted(reason)
+        finally:
+            self._relaying = False
+            self._silence.cancel()
+
+    def _stop_relay(self, reason: BaseException) -> None:
+        if self._relaying and self._interrupt is None and self._task is not None:
+            self._interrupt = reason
+            self._task.cancel()
+
+    def _body_ended(self, body: asyncio.Task[None]) -> None:
+        if not body.cancelled() and body.exception() is not None:
+            self._stop_relay(body.exception())  # type: ignore[arg-type]
+
+    def _check_silence(self) -> None:
+        timeout = self.server.upstream_timeout_s
+        quiet = time.monotonic() - self._last_byte
+        if quiet >= timeout:
+            self._stop_relay(TimeoutError(f"no byte from llama-server in {timeout} s"))
+        elif self._relaying:
+            self._silence = asyncio.get_running_loop().call_later(timeout - quiet, self._check_silence)
+
+    async def _interrupted(self, reason: BaseException) -> None:
+        """Raise what stopped the relay as the relay itself would have: a timeout, or the client gone."""
+        if isinstance(reason, TimeoutError):
+            raise reason
+        if isinstance(reason, h11.RemoteProtocolError):  # a malformed chunked request body
+            reason = _Refused(400, f"bad request body: {reason}")
+        if isinstance(reason, _Refused):
+            self._observe(reason.status)
+            if not self.head_sent:
+                await self.conn._refuse(reason.status, reason.message)
+            raise _ClientGone(reason.message)
+        raise reason if isinstance(reason, _ClientGone) else _ClientGone(str(reason))
+
     async def _pump_body(self, writer: asyncio.StreamWriter) -> None:
         """Request head and body to llama-server as the client sends them; then watch for the client leaving."""
         conn, up, limits = self.conn, self.up, self.conn.limits
@@ -633,6 +730,9 @@ class _Exchange:
         )
         writer.write(up.send(head))
         sent = 0
+        deadline = time.monotonic() + limits.body_deadline_s
+        if conn.h11.their_state is h11.SEND_BODY:
+            conn.place(BODY)
         while True:
             event = conn.h11.next_event()
             if event is h11.NEED_DATA:
@@ -640,10 +740,14 @@ class _Exchange:
                     await conn._send(h11.InformationalResponse(status_code=100, headers=[]))
                 if conn.peer_eof:
                     raise _ClientGone("the client closed mid-body")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _Refused(408, f"request body not complete in {limits.body_deadline_s:g} s")
                 try:
-                    await conn._receive(limits.body_timeout_s)
+                    await conn._receive(min(limits.body_timeout_s, left))
                 except TimeoutError:
-                    raise _ClientGone("request body timeout") from None
+                    if time.monotonic() < deadline:
+                        raise _ClientGone("request body timeout") from None
                 continue
             if isinstance(event, h11.Data):
                 sent += len(event.data)
@@ -654,6 +758,7 @@ class _Exchange:
             elif isinstance(event, h11.EndOfMessage):
                 writer.write(up.send(h11.EndOfMessage()))
                 await writer.drain()
+                conn.place(BUSY)
                 break
             else:
                 raise _ClientGone(f"unexpected {type(event).__name__}")
@@ -666,7 +771,7 @@ class _Exchange:
         if conn.peer_eof:
             raise _ClientGone("the client closed while waiting for the answer")
 
-    async def _relay(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+    async def _relay(self, reader: asyncio.StreamReader) -> None:
         conn, up, server, record = self.conn, self.up, self.server, self.record
         metrics_route = self.request.method == b"GET" and self.route == "/metrics"
         scanner: SseTokenScanner | None = None
@@ -674,14 +779,13 @@ class _Exchange:
         while True:
             event = up.next_event()
             if event is h11.NEED_DATA:
-                data = await self._read_upstream(reader, body)
-                up.receive_data(data)
+                up.receive_data(await self._read_upstream(reader))
                 continue
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
                 if metrics_route:
-                    await self._metrics(event, reader, body)
+                    await self._metrics(event, reader)
                     return
                 headers = [(n, v) for n, v in event.headers.raw_items() if n.lower() not in HOP_BY_HOP]
                 if record is not None:
@@ -690,8 +794,13 @@ class _Exchange:
                     record.stream = bool(ctype) and ctype.startswith(b"text/event-stream")
                     scanner = SseTokenScanner(record) if record.stream else None
                     kept = bytearray() if not record.stream and event.status_code == 200 else None
+                if conn.h11.their_state is h11.SEND_BODY:  # answered before the body is in: a refusal; then close
+                    headers.append((b"connection", b"close"))
                 await conn._send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
                 self.head_sent = True
+                if scanner is not None and self._chunked_both_ways(event):
+                    await self._stream(reader, scanner, up.trailing_data[0])
+                    return
             elif isinstance(event, h11.Data):
                 if scanner is not None:
                     scanner.feed(event.data, time.monotonic())
@@ -714,42 +823,50 @@ class _Exchange:
             elif isinstance(event, h11.ConnectionClosed):
                 raise h11.RemoteProtocolError("upstream closed")
 
-    async def _read_upstream(self, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> bytes:
-        """The next bytes from llama-server, or what ended the body pump (the client left, a 413)."""
-        if self._up_read is None:
-            self._up_read = asyncio.ensure_future(reader.read(READ_SIZE))
-        read = self._up_read
-        waiting: set[asyncio.Future[Any]] = {read} if body.done() else {read, body}
-        done, _ = await asyncio.wait(
-            waiting, timeout=self.server.upstream_timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        if read not in done:
-            if body in done:
-                error = body.exception()
-                if isinstance(error, h11.RemoteProtocolError):  # a malformed chunked body
-                    error = _Refused(400, f"bad request body: {error}")
-                if isinstance(error, _Refused):
-                    self._observe(error.status)
-                    if not self.head_sent:
-                        await self.conn._refuse(error.status, error.message)
-                    raise _ClientGone(error.message)
-                if error is not None:
-                    raise error if isinstance(error, _ClientGone) else _ClientGone(str(error))
-                return await self._read_upstream(reader, body)
-            raise TimeoutError(f"no byte from llama-server in {self.server.upstream_timeout_s} s")
-        self._up_read = None
-        data = read.result()
+    def _chunked_both_ways(self, response: h11.Response) -> bool:
+        """llama-server sends the answer chunked, and h11 frames it chunked for this client (HTTP/1.1, a body)."""
+        upstream = any(name == b"transfer-encoding" for name, _ in response.headers)
+        client = self.conn.h11.their_http_version == b"1.1" and not self.conn.head_only
+        return upstream and client and response.status_code not in (204, 304)
+
+    async def _stream(self, reader: asyncio.StreamReader, scanner: SseTokenScanner, buffered: bytes) -> None:
+        """An SSE answer, chunked both ways: each read is decoded in one call, its tokens timed, and its payload
+        sent to the client as one chunk; h11 frames the head and the last chunk. The hop's cost per token."""
+        conn, record, decoder = self.conn, self.record, ChunkedDecoder()
+        data = buffered
+        while True:
+            if data:
+                payload = decoder.feed(data)
+                if payload:
+                    scanner.feed(payload, time.monotonic())
+                    await conn._write(b"%x\r\n%b\r\n" % (len(payload), payload))
+                    if scanner.done and record is not None:
+                        record.answered = True  # a client may leave at [DONE], before the body's end
+                if decoder.done:
+                    break
+            data = await self._read_upstream(reader)
+            if not data:
+                raise h11.RemoteProtocolError("upstream closed in the middle of the answer")
+        assert record is not None  # a scanner exists only for a measured request
+        record.finished = time.monotonic()
+        await conn._send(h11.EndOfMessage())
+        self.completed = True
+        self.server.metrics.observe(record)
+
+    async def _read_upstream(self, reader: asyncio.StreamReader) -> bytes:
+        """The next bytes from llama-server (b"" at its end); the relay's watcher stops a silent one."""
+        data = await reader.read(READ_SIZE)
         if data:
-            self.server.last_upstream_byte = time.monotonic()
+            self._last_byte = self.server.last_upstream_byte = time.monotonic()
         return data
 
-    async def _metrics(self, response: h11.Response, reader: asyncio.StreamReader, body: asyncio.Task[None]) -> None:
+    async def _metrics(self, response: h11.Response, reader: asyncio.StreamReader) -> None:
         up, conn = self.up, self.conn
         parts = bytearray()
         while True:
             event = up.next_event()
             if event is h11.NEED_DATA:
-                up.receive_data(await self._read_upstream(reader, body))
+                up.receive_data(await self._read_upstream(reader))
             elif isinstance(event, h11.Data):
                 parts += event.data
                 if len(parts) > MAX_METRICS_BODY:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from gguf_serve.container import names
 from gguf_serve.container.fetch.cli import add_network_options, network_policies, positive_int
@@ -47,13 +48,13 @@ def serve(args: argparse.Namespace) -> int:
 
 def fetch(args: argparse.Namespace) -> int:
     """Exit 0 with the model in place, 1 with one line saying what failed (systemd and cloud-init show it)."""
-    from gguf_serve.container.fetch import FetchError, fetch_model
+    from gguf_serve.container.fetch import FetchError, FileSpec, fetch_file
 
     spec = load_spec(args.spec)
     retry, rate = network_policies(args)
     try:
-        path = fetch_model(
-            spec.model,
+        result = fetch_file(
+            FileSpec.from_artifact(spec.model),
             Path(args.model_dir),
             endpoint=args.endpoint,
             s3_cache=args.s3_cache,
@@ -67,8 +68,18 @@ def fetch(args: argparse.Namespace) -> int:
         return _fetch_failed(f"{e.strerror or type(e).__name__}{f': {e.filename}' if e.filename else ''}")
     except KeyboardInterrupt:
         return _fetch_failed("interrupted; run the same command again to resume", code=130)
-    print(f"gguf-serve-launch: model ready at {path}", flush=True)
+    print(f"gguf-serve-launch: model ready at {result.path} ({_fetch_figures(result)})", flush=True)
     return 0
+
+
+def _fetch_figures(r: Any) -> str:
+    """Where the boot's model step went: the network, the hash after the last byte, the write after the hash."""
+    if r.source == "local":
+        return f"{r.size} bytes already verified on disk, {r.seconds:.1f} s"
+    return (
+        f"{r.transferred} bytes from {r.source} in {r.seconds:.1f} s: last byte at {r.received_s:.1f} s, "
+        f"hashed at {r.verified_s:.1f} s, on disk at {r.seconds:.1f} s"
+    )
 
 
 def _fetch_failed(reason: str, code: int = 1) -> int:

@@ -66,7 +66,13 @@ def parser() -> argparse.ArgumentParser:
         "--api-key", help="API key (visible in the process list; prefer LLAMA_API_KEY or --api-key-secret)"
     )
     key.add_argument("--api-key-secret", metavar="SECRET_ID", help="read the API key from AWS Secrets Manager")
-    run.add_argument("--region", help="AWS region for --api-key-secret (default: the ARN's, else boto3's)")
+    run.add_argument(
+        "--sagemaker-endpoint", metavar="NAME",
+        help="benchmark a SageMaker endpoint (IAM credentials, response stream) instead of --endpoint",
+    )  # fmt: skip
+    run.add_argument(
+        "--region", help="AWS region for --api-key-secret and --sagemaker-endpoint (default: the ARN's, else boto3's)"
+    )
     run.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
@@ -145,9 +151,15 @@ def cmd_run(a: argparse.Namespace) -> int:
     label = resolve_label(a.profile, catalog)
     if label.model is None:
         log(f"note: profile {a.profile!r} is not in the catalog; labelling instance and hardware 'unknown'")
-    client = make_client(
-        a.endpoint, resolve_api_key(api_key=a.api_key, secret_id=a.api_key_secret, region=a.region), timeout=a.timeout
-    )
+    if a.sagemaker_endpoint:
+        from gguf_serve.local.bench.sagemaker import make_sagemaker_client, sagemaker_label
+
+        label = sagemaker_label(label, catalog)
+        a.endpoint = f"sagemaker:{a.sagemaker_endpoint}"
+        client = make_sagemaker_client(a.sagemaker_endpoint, region=a.region, timeout=a.timeout)
+    else:
+        key = resolve_api_key(api_key=a.api_key, secret_id=a.api_key_secret, region=a.region)
+        client = make_client(a.endpoint, key, timeout=a.timeout)
     try:
         served = a.model or served_model(client)
     except APIConnectionError as exc:
@@ -345,7 +357,7 @@ def cmd_cost(a: argparse.Namespace) -> int:
     if (a.instance is None) != (a.tok_s is None):
         raise SystemExit("give --instance and --tok-s together")
     catalog = load_catalog()
-    hardware = catalog.hardware
+    hardware = cost.priced_hardware(catalog)
     if a.instance:
         entries = [(a.instance, a.tok_s, "given")]
     else:
@@ -358,7 +370,9 @@ def cmd_cost(a: argparse.Namespace) -> int:
     costs = []
     for instance, tok_s, config in entries:
         for c in (
-            cost.ri_cost(instance, tok_s, a.utilization, hardware=hardware),
+            cost.ri_cost(instance, tok_s, a.utilization, hardware=hardware)
+            if cost.has_ri(instance, hardware)
+            else None,
             cost.on_demand_cost(instance, tok_s, a.utilization, hardware=hardware),
         ):
             if c is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf_serve.catalog import Hardware
+from gguf_serve.catalog import Catalog, Hardware
 
 MONTHS_PER_YEAR = 12
 TOKEN_MONTH_S = 30 * 86400
@@ -31,6 +31,17 @@ class Cost:
     monthly_cny: float
     cny_per_million: float
     estimate: bool  # the price is not a published Ningxia price
+
+
+def priced_hardware(catalog: Catalog) -> dict[str, Hardware]:
+    """Every type a result can name: the catalog's EC2 types and the SageMaker ml types (profiles/sagemaker.toml,
+    on-demand only: SageMaker sells no RIs; each ml type's price is its own, an estimate until the account's)."""
+    hosted = {h.ml_type: h.hardware(catalog.hardware[h.ec2_type]) for h in catalog.hosting.values()}
+    return {**catalog.hardware, **hosted}
+
+
+def has_ri(instance_type: str, hardware: dict[str, Hardware]) -> bool:
+    return _lookup(instance_type, hardware).ri_1yr_all_upfront_cny is not None
 
 
 def cny_per_million(tok_s: float, monthly_cny: float, utilization: float = 1.0) -> float:

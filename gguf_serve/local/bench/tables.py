@@ -138,7 +138,7 @@ def _cpu_instances(results: Results) -> tuple[Measurement | None, Measurement | 
     """The first measured ARM CPU-only and x86 CPU-only instances (the report's Graviton4/Intel ratio)."""
     arm = x86 = None
     for m in results.measurements:
-        hw = results.catalog.hardware.get(m.instance_type)
+        hw = cost.priced_hardware(results.catalog).get(m.instance_type)
         if hw is None or hw.has_gpu:
             continue
         if hw.architecture is Architecture.ARM64 and arm is None:
@@ -220,7 +220,7 @@ def best_per_instance(results: Results) -> list[Measurement]:
     """The fastest configuration per priced instance, in order of first appearance (the report's section 8)."""
     best: dict[str, Measurement] = {}
     for m in results.measurements:
-        if m.instance_type in results.catalog.hardware and (
+        if m.instance_type in cost.priced_hardware(results.catalog) and (
             m.instance_type not in best or m.effective_tok_s > best[m.instance_type].effective_tok_s
         ):
             best[m.instance_type] = m
@@ -232,19 +232,22 @@ def cost_table(results: Results, *, utilization: float = 1.0) -> str:
     prefix = family_prefix(results)
     rows = []
     for m in best_per_instance(results):
-        hardware = results.catalog.hardware
-        ri = cost.ri_cost(m.instance_type, m.effective_tok_s, utilization, hardware=hardware)
+        hardware = cost.priced_hardware(results.catalog)
         od = cost.on_demand_cost(m.instance_type, m.effective_tok_s, utilization, hardware=hardware)
+        od_cell = cost.money(od.cny_per_million, estimate=True, unit="¥") if od else NONE
+        head = [m.instance_type, f"{short_model(m, prefix)}, MTP {on_off(m.mtp)}", f"{m.effective_tok_s:.2f}"]
+        if not cost.has_ri(m.instance_type, hardware):  # a SageMaker ml type: on demand only
+            rows.append([*head, NONE, NONE, NONE, od_cell])
+            continue
+        ri = cost.ri_cost(m.instance_type, m.effective_tok_s, utilization, hardware=hardware)
         yearly = ri.yearly_cny or 0.0
         rows.append(
             [
-                m.instance_type,
-                f"{short_model(m, prefix)}, MTP {on_off(m.mtp)}",
-                f"{m.effective_tok_s:.2f}",
+                *head,
                 cost.money(yearly, decimals=0 if yearly == int(yearly) else 2, estimate=ri.estimate),
                 cost.money(ri.monthly_cny, estimate=ri.estimate),
                 cost.money(ri.cny_per_million, estimate=ri.estimate, unit="¥"),
-                cost.money(od.cny_per_million, estimate=True, unit="¥") if od else NONE,
+                od_cell,
             ]
         )
     if not rows:

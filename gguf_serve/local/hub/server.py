@@ -60,9 +60,12 @@ class Faults:
     corrupt_times: int | None = 1  # how many bodies carry the flipped byte (None: every one)
     token: str | None = None  # when set, requests without this token answer 401
     redirect_to: str | None = None  # base URL: the SDK download URL answers 302 to a signed URL there, like the hub
+    signed_url_uses: int | None = None  # a signed URL answers this many downloads, then 403 (expired); None: forever
     trickle_every_s: float | None = None  # hostile: file bodies go out one byte per this many seconds
     trickle_json_every_s: float | None = None  # hostile: the same for JSON answers (the listing)
     listed_sizes: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the size the listing claims
+    range_totals: dict[str, int] = field(default_factory=dict)  # hostile: path in repo -> the Content-Range total
+    listing_encoded: tuple[str, bytes] | None = None  # hostile: the listing's answer is (Content-Encoding, these bytes)
 
 
 @dataclass
@@ -116,6 +119,7 @@ class LocalScope:
         self._lock = threading.Lock()
         self._download_count = 0
         self._corrupted = 0
+        self._signature_uses: dict[str, int] = {}
         self._httpd = _Server((host, port), _handler_for(self))
         self._thread: threading.Thread | None = None
 
@@ -202,6 +206,16 @@ class LocalScope:
         with self._lock:
             self._download_count += 1
             return self._download_count
+
+    def _signature_spent(self, sig: str) -> bool:
+        """True when the signed URL `sig` has answered its allowed downloads (counts this one otherwise)."""
+        with self._lock:
+            limit = self.faults.signed_url_uses
+            used = self._signature_uses.get(sig, 0)
+            if limit is not None and used >= limit:
+                return True
+            self._signature_uses[sig] = used + 1
+            return False
 
     def _take_corruption(self) -> bool:
         with self._lock:
@@ -316,6 +330,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._redirect(_repo(m), q.get("Revision", "master"), q.get("FilePath", ""))
             return self._download(_repo(m), q.get("Revision", "master"), q.get("FilePath", ""))
         if m := _RESOLVE.match(path):
+            if q.get("sig") and self.command == "GET" and self.scope._signature_spent(q["sig"]):
+                self._record("expired", 403)
+                return self._error(403, UNAUTHORIZED, "Request has expired")
             return self._download(_repo(m), unquote(m[3]), unquote(m[4]))
         if m := _REVISIONS.match(path):
             return self._revisions(_repo(m))
@@ -370,6 +387,15 @@ class _Handler(BaseHTTPRequestHandler):
             if not prefix or d.startswith(prefix + "/"):
                 entries.append({"Name": d.rsplit("/", 1)[-1], "Path": d, "Type": "tree", "Size": 0, "Sha256": ""})
         self._record("listing", 200)
+        if self.scope.faults.listing_encoded is not None:
+            encoding, raw = self.scope.faults.listing_encoded
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", encoding)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
         self._json(200, _envelope({"Files": entries, "LatestCommitter": {"CommitterName": "gguf-serve-hub"}}))
 
     def _revisions(self, repo: str) -> None:
@@ -444,7 +470,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Last-Modified", formatdate(source.stat().st_mtime, usegmt=True))
         self.send_header("Content-Disposition", f'attachment; filename="{Path(file_path).name}"')
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            total = faults.range_totals.get(file_path.strip("/"), size)  # a liar agrees with its listing
+            self.send_header("Content-Range", f"bytes {start}-{end}/{total}")
         self.end_headers()
         if self.command == "HEAD":
             self._record("head", status)

@@ -77,7 +77,7 @@ def run(
     if llama_server:
         serve += ["--llama-server", llama_server]
     hop = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}",
-           "--upstream", f"http://127.0.0.1:{server_port}"]  # fmt: skip
+           "--upstream", f"http://127.0.0.1:{server_port}", "--api-key-env", API_KEY_ENV]  # fmt: skip
     prom = [binary, f"--config.file={prometheus_config(work, port, scrape_s)}",
             f"--storage.tsdb.path={work.prometheus}", f"--web.listen-address=127.0.0.1:{prometheus_port}"]  # fmt: skip
     children: dict[str, subprocess.Popen] = {}
@@ -85,7 +85,7 @@ def run(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        for name, cmd, extra in (("llama-server", serve, {API_KEY_ENV: api_key}), ("hop", hop, {}),
+        for name, cmd, extra in (("llama-server", serve, {API_KEY_ENV: api_key}), ("hop", hop, {API_KEY_ENV: api_key}),
                                  ("prometheus", prom, {})):  # fmt: skip
             log = (work.logs / f"{name}.log").open("ab")
             children[name] = subprocess.Popen(cmd, env={**env, **extra}, stdout=log, stderr=subprocess.STDOUT)

@@ -75,7 +75,11 @@ def test_resume_after_kill_does_not_download_completed_parts(gemma_hub: LocalSco
     assert second.returncode == 0, err[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["resumed"] == kept and summary["transferred"] == size - kept
-    assert gemma_hub.stats.bytes_sent == size - kept  # only the missing bytes went over the wire again
+    # Only the missing bytes went over the wire again, plus, where a loaded machine made the fetcher split a slow
+    # range's tail across idle connections (ranged.py), the bytes in flight on the old owner's stream at each split.
+    wasted = gemma_hub.stats.bytes_sent - (size - kept)
+    assert 0 <= wasted <= summary["splits"] * PART, (wasted, summary["splits"])
+    assert summary["splits"] or wasted == 0
     refetched = {_range_start(r) // PART for r in gemma_hub.stats.downloads()}
     assert refetched.isdisjoint(complete)
     assert first_bytes + gemma_hub.stats.bytes_sent < 1.3 * size

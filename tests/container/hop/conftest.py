@@ -65,6 +65,7 @@ class Upstream(ThreadingHTTPServer):
         self.seen: list[dict] = []
         self.gate = threading.Event()  # the stream's second half waits for this
         self.pause_s = 0.0
+        self.keyless_pause_s = 0.0  # llama-server busy: its 401 comes this late
         self.tail_pause_s = 0.0  # after `data: [DONE]`, before the chunked body's end
         self.stream_closed = threading.Event()
         self.held = threading.Event()
@@ -110,13 +111,17 @@ class UpstreamHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         lengths = self.headers.get_all("Content-Length") or []
+        if self.headers.get("Authorization") != f"Bearer {KEY}":
+            # llama-server checks the key before it reads the body, answers 401 and closes
+            self.server.seen.append({"method": "POST", "path": self.path, "headers": dict(self.headers)})
+            time.sleep(self.server.keyless_pause_s)
+            self.close_connection = True
+            return self._json(401, {"error": {"message": "Invalid API Key"}})
         raw = self.rfile.read(int(lengths[0])) if lengths else _read_chunked(self.rfile)
         body = json.loads(raw)
         self.server.seen.append(
             {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body, "lengths": lengths}
         )
-        if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self._json(401, {"error": {"message": "Invalid API Key"}})
         if body.get("hold"):  # a non-streamed answer that waits for the hop to close the connection
             self.server.held.set()
             if _closed_within(self.connection, 10):

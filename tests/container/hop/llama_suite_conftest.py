@@ -46,6 +46,7 @@ os.environ.setdefault("PORT", str(_free_port()))  # read by every ServerProcess(
 
 
 if THROUGH_HOP:
+    from gguf_serve.container.hop.auth import ApiKeys
     from gguf_serve.container.hop.proxy import ProxyServer
 
     _start, _stop = utils.ServerProcess.start, utils.ServerProcess.stop
@@ -57,7 +58,9 @@ if THROUGH_HOP:
             _start(self, timeout_seconds)  # llama-server on the free port, healthy
         finally:
             upstream, self.server_port = self.server_port, public
-        self._hop = ProxyServer((self.server_host.split(",")[0], public), f"http://127.0.0.1:{upstream}")
+        # the hop knows the key as on an instance: test_security.py's keyless requests are answered by it
+        keys = ApiKeys(self.api_key.split(",")) if getattr(self, "api_key", None) else None
+        self._hop = ProxyServer((self.server_host.split(",")[0], public), f"http://127.0.0.1:{upstream}", keys=keys)
         threading.Thread(target=self._hop.serve_forever, daemon=True).start()
 
     def stop(self) -> None:

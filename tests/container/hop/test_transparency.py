@@ -44,7 +44,7 @@ def _sdist(work: Path) -> Path:
 
     version, sha256 = _pin()
     name = f"llama_cpp_python-{version}.tar.gz"
-    for candidate in (cache_root() / "image-sources" / name, work / name):
+    for candidate in (*(cache_root() / "image-sources").glob(f"*/{name}"), work / name):
         if candidate.is_file() and hashlib.sha256(candidate.read_bytes()).hexdigest() == sha256:
             return candidate
     subprocess.run(

@@ -93,6 +93,9 @@ def test_the_fleet_renders_its_boot_script_and_publishes_the_release_it_hashes(r
         assert rendered in script, rendered
 
 
+EC2_IN_CHINA = ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]  # stacks/principals.py
+
+
 def test_the_root_volume_performance_and_the_instance_role_come_from_the_props(regional_stack):
     p = profile_by_stack("GpuMtpStack")  # 3000 IOPS and 500 MiB/s, not the fleet defaults
     _fleet(regional_stack, "GpuMtpStack", root_volume_gib=77)
@@ -110,7 +113,7 @@ def test_the_root_volume_performance_and_the_instance_role_come_from_the_props(r
         "AWS::IAM::Role",
         {
             "AssumeRolePolicyDocument": Match.object_like(
-                {"Statement": [Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}
+                {"Statement": [Match.object_like({"Principal": {"Service": EC2_IN_CHINA}})]}
             ),
             "ManagedPolicyArns": [
                 {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"]]}
@@ -150,15 +153,20 @@ def test_the_group_is_elb_checked_and_waits_for_its_instances_signals_within_the
     )
 
 
-def test_spot_is_all_spot_capacity_optimized_with_rebalancing(regional_stack):
-    _fleet(regional_stack, spot=True)
+@pytest.mark.parametrize("min_capacity", [2, 0])
+def test_spot_is_capacity_optimized_above_an_on_demand_base_with_rebalancing(regional_stack, min_capacity):
+    """The base is what a deploy or a rolling update waits for (min_capacity + rolling_batch); a group that may
+    sleep at zero has none (tests/stacks/test_spot.py: the types it spreads over, in the whole app)."""
+    capacity = replace(profile_by_stack("IntelMoeStack").fleet.capacity, min_capacity=min_capacity)
+    _fleet(regional_stack, capacity=capacity, spot=True)
+    base = min_capacity + capacity.rolling_batch if min_capacity else 0
     Template.from_stack(regional_stack).has_resource_properties(
         "AWS::AutoScaling::AutoScalingGroup",
         {
             "MixedInstancesPolicy": Match.object_like(
                 {
                     "InstancesDistribution": {
-                        "OnDemandBaseCapacity": 0,
+                        "OnDemandBaseCapacity": base,
                         "OnDemandPercentageAboveBaseCapacity": 0,
                         "SpotAllocationStrategy": "capacity-optimized",
                     },

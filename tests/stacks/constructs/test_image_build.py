@@ -25,7 +25,7 @@ def _env_of(t: Template, construct_id: str) -> dict[str, str]:
     return {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
 
 
-def test_two_layers_each_tagged_by_its_inputs(regional_stack):
+def test_three_stages_each_tagged_by_its_inputs(regional_stack):
     image = ImageBuild(regional_stack, "Image", target=X86)
     t = Template.from_stack(regional_stack)
     assert re.fullmatch(r"base-x86-64-cpu-[0-9a-f]{16}", image.base_tag)
@@ -43,7 +43,12 @@ def test_two_layers_each_tagged_by_its_inputs(regional_stack):
     assert (env["BASE_TAG"], env["IMAGE_TAG"]) == (image.base_tag, image.image_tag)
     builds = t.find_resources("AWS::CloudFormation::CustomResource")
     stages = sorted((b["Properties"]["Stage"], b["Properties"]["ImageTag"]) for b in builds.values())
-    assert stages == [("app", image.image_tag), ("base", image.base_tag)]
+    # The roots stage skips itself once the base exists (its roots are then never needed again).
+    assert stages == [("app", image.image_tag), ("base", image.base_tag), ("roots", image.base_tag)]
+    assert {b["Properties"]["ComputeType"] for b in builds.values()} == {"BUILD_GENERAL1_LARGE"}
+    order = {b["Properties"]["Stage"]: set(b.get("DependsOn", [])) for b in builds.values()}
+    ids = {b["Properties"]["Stage"]: k for k, b in builds.items()}
+    assert ids["roots"] in order["base"] and ids["base"] in order["app"]
     assert {b["Properties"]["ServiceTimeout"] for b in builds.values()} == {3600}
 
 
@@ -64,12 +69,16 @@ def test_the_arm64_builder(regional_stack, builder, image):
 def test_build_args_and_the_mirror_reach_the_build_and_key_its_tags(regional_stack):
     args = {"PIP_INDEX_URL": "https://mirrors.aliyun.com/pypi/simple"}
     image = ImageBuild(
-        regional_stack, "Image", target=X86, build_args=args, debian_mirror="http://deb.debian.org/debian/"
+        regional_stack,
+        "Image",
+        target=X86,
+        build_args=args,
+        debian_mirrors=("http://deb.debian.org/debian/", "http://m/d"),
     )
     plain = ImageBuild(regional_stack, "Plain", target=X86)
     env = _env_of(Template.from_stack(regional_stack), "Image")
     assert env["BUILD_ARGS"] == "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"
-    assert env["DEBIAN_MIRROR"] == "http://deb.debian.org/debian"
+    assert env["DEBIAN_MIRRORS"] == "http://deb.debian.org/debian http://m/d"  # in order, one word each
     assert _env_of(Template.from_stack(regional_stack), "Plain")["BUILD_ARGS"] == ""
     # another build is another image: the tag (the build's key) changes, so instances pull the new one
     assert image.image_tag != plain.image_tag and image.image_tag.startswith("x86-64-cpu-")
@@ -79,7 +88,8 @@ def test_build_args_and_the_mirror_reach_the_build_and_key_its_tags(regional_sta
     ("props", "message"),
     [
         ({"arm64_builder": "qemu"}, r"arm64 builder 'qemu': use one of cross, native"),
-        ({"debian_mirror": "ftp://mirror/debian"}, r"debianMirror 'ftp://mirror/debian': write the mirror's"),
+        ({"debian_mirrors": ("ftp://mirror/debian",)}, r"debianMirrors 'ftp://mirror/debian': write the mirror's"),
+        ({"debian_mirrors": ()}, r"debianMirrors is empty"),
         ({"build_args": {"lower": "x"}}, r"a build argument name is upper case letters"),
         ({"build_args": {"NOPE": "x"}}, r"declare no NOPE; use one of"),
         ({"build_args": {"PIP_INDEX_URL": "http://x"}}, r"use an https:// URL"),
@@ -90,3 +100,12 @@ def test_props_are_checked_before_anything_is_built(regional_stack, props, messa
     with pytest.raises(PropsError, match=message):
         ImageBuild(regional_stack, "Image", target=X86, **props)
     assert regional_stack.node.try_find_child("Image") is None
+
+
+def test_the_cuda_base_compiles_on_xlarge_and_every_other_stage_on_large(regional_stack):
+    from gguf_serve.catalog.images import IMAGE_TARGETS
+
+    ImageBuild(regional_stack, "Image", target=IMAGE_TARGETS["cuda"])
+    builds = Template.from_stack(regional_stack).find_resources("AWS::CloudFormation::CustomResource")
+    compute = {b["Properties"]["Stage"]: b["Properties"]["ComputeType"] for b in builds.values()}
+    assert compute == {"roots": "BUILD_GENERAL1_LARGE", "base": "BUILD_GENERAL1_XLARGE", "app": "BUILD_GENERAL1_LARGE"}

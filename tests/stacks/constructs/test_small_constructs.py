@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Match, Template
 
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.model_cache import ModelCache
+from stacks.principals import ec2_principal
 
 
 def test_model_cache_is_a_private_logged_bucket_kept_on_delete(stack):
@@ -42,3 +44,15 @@ def test_access_logs_expire_after_90_days_and_accept_log_delivery(stack):
             "OwnershipControls": {"Rules": [{"ObjectOwnership": "ObjectWriter"}]},
         },
     )
+
+
+def test_an_instance_role_in_china_trusts_both_names_of_ec2_and_elsewhere_the_one_cdk_renders(stack, regional_stack):
+    for scope in (regional_stack, stack):  # cn-northwest-1; a stack without a region (the partition is unknown)
+        iam.Role(scope, "InstanceRole", assumed_by=ec2_principal(scope))
+    china = Template.from_stack(regional_stack).find_resources("AWS::IAM::Role")
+    (role,) = china.values()
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}
+    (role,) = Template.from_stack(stack).find_resources("AWS::IAM::Role").values()
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "ec2.amazonaws.com"}

@@ -7,6 +7,7 @@ import pytest
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk.assertions import Match, Template
 
 from stacks.errors import PropsError
@@ -23,7 +24,8 @@ def _build(stack, wake_s: int = 382) -> WakeDoor:
         min_capacity=0,
     )  # fmt: skip
     servers = listener.add_targets("Servers", port=8080, targets=[asg])
-    return WakeDoor(stack, "WakeDoor", listener=listener, servers=servers, asg=asg, wake_s=wake_s)
+    key = secretsmanager.Secret(stack, "ApiKey")
+    return WakeDoor(stack, "WakeDoor", listener=listener, servers=servers, asg=asg, wake_s=wake_s, api_key=key)
 
 
 def _ref(t: Template, kind: str, path_part: str) -> str:
@@ -76,7 +78,9 @@ def test_the_function_knows_the_group_listener_servers_and_wake_time_but_not_the
         if r["Properties"].get("Runtime") == "python3.13"
     ]
     env = fn["Environment"]["Variables"]
-    assert set(env) == {"GROUP_NAME", "LISTENER_ARN", "SERVERS_TARGET_GROUP_ARN", "WAKE_S", "WOKEN_TAG"}
+    assert set(env) == {"GROUP_NAME", "LISTENER_ARN", "SERVERS_TARGET_GROUP_ARN", "WAKE_S", "WOKEN_TAG",
+                        "API_KEY_SECRET_ARN"}  # fmt: skip
+    assert env["API_KEY_SECRET_ARN"] == {"Ref": _ref(t, "AWS::SecretsManager::Secret", "ApiKey")}
     assert env["WAKE_S"] == "393" and env["WOKEN_TAG"] == WOKEN_TAG
     assert "def handler(event, context):" in fn["Code"]["ZipFile"]
     # The rule depends on the door's target group, which depends on the function: the function cannot name it.
@@ -122,6 +126,19 @@ def test_it_may_change_only_its_group_and_its_rule(regional_stack):
         "elasticloadbalancing:DescribeRules",
         "elasticloadbalancing:DescribeTargetHealth",
     }
+
+
+def test_it_may_read_the_api_key_and_no_other_secret(regional_stack):
+    _build(regional_stack)
+    t = Template.from_stack(regional_stack)
+    key = _ref(t, "AWS::SecretsManager::Secret", "ApiKey")
+    reads = [
+        s
+        for r in t.find_resources("AWS::IAM::Policy").values()
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+        if "secretsmanager:GetSecretValue" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    ]
+    assert [s["Resource"] for s in reads] == [{"Ref": key}]
 
 
 @pytest.mark.parametrize("wake_s", [0, 3601])

@@ -1,0 +1,8 @@
+"""What the serving image runs in a Kubernetes pod beyond the launcher and the hop.
+
+`python3 -m gguf_serve.container.kube api-key|serve|scale`: write the API key from Secrets Manager to a file on
+the pod's memory volume (an init container), start llama-server with that key in its environment (the launcher,
+unchanged), and the scaler: a small controller that sets a Deployment's replicas from llama.cpp's own load signals
+and has the node group follow (gguf_serve/container/kube/scaler.py). Standard library and boto3: it runs in the
+serving image, so the cluster needs no image from outside the region.
+"""

@@ -1,0 +1,55 @@
+"""The API key in a pod: read from Secrets Manager once by an init container, handed to llama-server in its env.
+
+The key never appears in a manifest, a ConfigMap or a Kubernetes Secret: the init container reads it with the pod's
+own IAM role (IAM roles for service accounts) and writes it to a memory-backed emptyDir, readable by the pod's user
+only; `serve` puts it in llama-server's environment (LLAMA_API_KEY, as on an instance) and execs the launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from gguf_serve.container.names import API_KEY_ENV
+
+
+class ApiKeyError(Exception):
+    """The key cannot be had; the message says what to check."""
+
+
+def write_api_key(secret_id: str, path: Path, *, region: str | None = None, client: object | None = None) -> None:
+    """Fetch the secret's string and write it to `path` (mode 0600, whole or not at all)."""
+    try:
+        if client is None:
+            import boto3
+
+            # AWS_REGION (what EKS and the manifests set): botocore releases differ on reading it themselves
+            region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            client = boto3.client("secretsmanager", region_name=region)
+        key = client.get_secret_value(SecretId=secret_id)["SecretString"]  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - botocore's errors: one line that names the secret and the cause
+        raise ApiKeyError(f"cannot read secret {secret_id}: {e}; check the service account's IAM role") from None
+    if not key or any(c.isspace() for c in key):
+        raise ApiKeyError(f"secret {secret_id} is empty or holds whitespace; an API key is one token")
+    partial = path.with_name(path.name + ".part")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    partial.replace(path)
+
+
+def serve_with_key(key_file: Path, launch_args: list[str]) -> int:
+    """The launcher's `serve` with the key from `key_file` in LLAMA_API_KEY (the launcher then execs llama-server)."""
+    from gguf_serve.container.launch.cli import main as launch
+
+    try:
+        key = key_file.read_text().strip()
+    except OSError as e:
+        print(f"gguf-serve-kube: cannot read the API key file {key_file}: {e.strerror}", file=sys.stderr, flush=True)
+        return 1
+    if not key:
+        print(f"gguf-serve-kube: the API key file {key_file} is empty", file=sys.stderr, flush=True)
+        return 1
+    os.environ[API_KEY_ENV] = key
+    return launch(["serve", *launch_args])

@@ -1,0 +1,1 @@
+"""The EKS deployment target: one cluster serving several profiles from the same image, lock and signals."""

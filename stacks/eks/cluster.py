@@ -1,0 +1,123 @@
+"""The EKS cluster: private API endpoint, every control-plane log, envelope-encrypted Secrets, access entries, a
+small system node group (CoreDNS and the scalers; the serving nodes are tainted), kubectl from the PyPI layer.
+
+China facts this relies on (docs.amazonaws.cn, Amazon EKS User Guide):
+- "Pod Identity is not available in China Regions. Use IAM roles for service accounts" ("EKS Pod Identities"):
+  pods get AWS credentials through IRSA (the cluster's OIDC provider).
+- EKS Auto Mode is off (`DefaultCapacityType.NODEGROUP`): its managed IAM policies were missing in aws-cn, and it
+  brings Karpenter, whose China support needs an `ec2.amazonaws.com.cn` PassRole principal and prices from a list
+  that left out g5 (docs/eks.md). Managed node groups are the dependable minimum.
+- No ALB controller: CDK's construct pulls its Helm chart from GitHub and its image from a us-west-2 registry. The
+  load balancer is a CDK-made ALB (stacks/eks/stack.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from aws_cdk.lambda_layer_kubectl_v33 import KubectlV33Layer
+from constructs import Construct
+
+from gguf_serve.catalog import ProfileError
+from stacks.eks.workload import NAMESPACE
+
+# The kubectl layer's minor version (the PyPI package aws-cdk.lambda-layer-kubectl-v33 ships kubectl 1.33) is the
+# cluster's: kubectl supports one minor version of skew either way (Kubernetes version skew policy).
+KUBERNETES_VERSION = eks.KubernetesVersion.V1_33
+KUBERNETES_MINOR = "1.33"
+SYSTEM_INSTANCE_TYPE = "c6g.large"  # CoreDNS and the scalers: two small Graviton nodes
+SYSTEM_NODES = 2
+_ADMIN_ARN = r"arn:aws[a-z-]*:iam::\d{12}:role/"
+
+
+class ServingCluster(Construct):
+    """Exposes `cluster` (eks.Cluster) and `namespace` (the serving namespace's manifest)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        name: str,
+        vpc: ec2.IVpc,
+        admin_role_arns: tuple[str, ...] = (),
+    ) -> None:
+        """
+        name: the cluster's name (IAM conditions name it, so it is fixed, not generated).
+        vpc: private subnets with egress for the nodes, the API endpoint and the kubectl handler.
+        admin_role_arns: IAM roles given cluster-admin through access entries (-c eksAdminRoles); default none: the
+            deploying role administers through the kubectl handler only.
+        """
+        _check(name, admin_role_arns)
+        super().__init__(scope, construct_id)
+        secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True, removal_policy=RemovalPolicy.DESTROY)
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            cluster_name=name,
+            version=KUBERNETES_VERSION,
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            endpoint_access=eks.EndpointAccess.PRIVATE,  # reached from inside the VPC only
+            default_capacity=0,
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,  # not Auto Mode (see above)
+            cluster_logging=list(_ALL_LOGS),
+            secrets_encryption_key=secrets_key,
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV33Layer(self, "Kubectl")),
+        )
+        for i, arn in enumerate(admin_role_arns):
+            eks.AccessEntry(
+                self,
+                f"Admin{i}",
+                cluster=self.cluster,
+                principal=arn,
+                access_policies=[
+                    eks.AccessPolicy.from_access_policy_name(
+                        "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )
+        self.system_nodes = self.cluster.add_nodegroup_capacity(
+            "SystemNodes",
+            instance_types=[ec2.InstanceType(SYSTEM_INSTANCE_TYPE)],
+            ami_type=eks.NodegroupAmiType.BOTTLEROCKET_ARM_64,
+            min_size=SYSTEM_NODES,
+            max_size=SYSTEM_NODES,
+            desired_size=SYSTEM_NODES,
+            labels={"gguf-serve/role": "system"},
+        )
+        self.namespace = self.cluster.add_manifest(
+            "Namespace",
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": NAMESPACE,
+                    # Pod Security Standards, restricted: what every serving and scaler pod already is
+                    "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+                },
+            },
+        )
+
+
+_ALL_LOGS = (
+    eks.ClusterLoggingTypes.API,
+    eks.ClusterLoggingTypes.AUDIT,
+    eks.ClusterLoggingTypes.AUTHENTICATOR,
+    eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    eks.ClusterLoggingTypes.SCHEDULER,
+)
+
+
+def _check(name: str, admin_role_arns: tuple[str, ...]) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", name):
+        raise ProfileError(f"EKS cluster name {name!r}: letters, digits, '-' and '_', at most 100")
+    for arn in admin_role_arns:
+        if not re.match(_ADMIN_ARN, arn):
+            raise ProfileError(
+                f"eksAdminRoles: {arn!r} is not an IAM role ARN; write arn:aws-cn:iam::<account>:role/<name>"
+            )

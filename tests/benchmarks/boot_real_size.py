@@ -1,0 +1,192 @@
+"""A real-size boot, step by step: one fake instance (tests/rehearsal) boots the 16.8 GB planning-size model from the
+S3 cache stand-in, and each step's time is printed beside the cold-start model's figure for that step at this
+machine's rates (tests/benchmarks/cold_start_model.py, `steps`).
+
+The model is the 27B stand-in (tests/catalog/stand_in.py): the tiny Qwen3.6-architecture GGUF extended with zeros to
+the catalog's planning size, a sparse file. Real bytes where they matter: all 16.8 GB cross the network (the S3
+stand-in, tests/rehearsal/objectstore.py, capped at --link-mbps with --stream-mbps per GET, behind the instance's
+forwarder), are hashed and are written to this machine's disk by the real fetcher in the real image; the model's
+load is the tiny model's, so the real-size read of the weights from the page cache is timed on its own inside the
+instance (what a real model's load reads).
+
+This machine's rates are measured first: sha256 on one core, writes to the disk the instance writes to (2 GiB,
+fdatasync), reads back from the page cache, gzip decompression of the image's layers (the pull's CPU bound).
+
+    GGUF_SERVE_REHEARSAL_IMAGE=<image> .venv/bin/python tests/benchmarks/boot_real_size.py --link-mbps 300
+
+Needs root, the Docker engine, the serving image (built like the rehearsal builds it when absent) and about 20 GB
+of free disk for the instance's copy. Not a test: it prints numbers (docs/cold-start.md quotes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import os
+import platform
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+
+from cold_start_model import Rates, steps  # noqa: E402
+
+MIB = 1024 * 1024
+MODEL_DIR = "/opt/gguf-serve/models"
+
+
+def measure_rates(work: Path, link_bps: float, stream_bps: float, streams: int, blobs: list[Path]) -> Rates:
+    buf = os.urandom(256 * MIB)
+    t0 = time.perf_counter()
+    for _ in range(2):
+        hashlib.sha256(buf).digest()
+    hash_bps = 2 * len(buf) / (time.perf_counter() - t0)
+    probe = work / "disk-probe"
+    t0 = time.perf_counter()
+    with probe.open("wb") as f:
+        for _ in range(8):
+            f.write(buf)
+        f.flush()
+        os.fdatasync(f.fileno())
+    disk_bps = 8 * len(buf) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    with probe.open("rb") as f:
+        while f.read(16 * MIB):
+            pass
+    cache_bps = 8 * len(buf) / (time.perf_counter() - t0)
+    probe.unlink()
+    t0, packed = time.perf_counter(), 0
+    for blob in blobs:
+        if blob.name.endswith(".tar.gz"):
+            packed += blob.stat().st_size
+            with gzip.open(blob) as g:
+                while g.read(16 * MIB):
+                    pass
+    image_bps = packed / (time.perf_counter() - t0) if packed else float("inf")
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    available = int(meminfo["MemAvailable"].split()[0]) * 1024
+    dirty_ratio = int(Path("/proc/sys/vm/dirty_ratio").read_text())
+    return Rates(
+        network_bps=min(link_bps, stream_bps * streams),
+        hash_bps=hash_bps,
+        disk_bps=disk_bps,
+        page_cache_bps=cache_bps,
+        dirty_limit=available * dirty_ratio / 100,
+        image_bps=image_bps,
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--link-mbps", type=float, default=300.0, help="the S3 stand-in, all GETs together (MB/s)")
+    ap.add_argument("--stream-mbps", type=float, default=40.0, help="each GET (MB/s)")
+    ap.add_argument("--keep", action="store_true", help="keep the instance until Enter is pressed")
+    a = ap.parse_args()
+
+    from gguf_serve.catalog.models import ModelArtifact
+    from tests.catalog.stand_in import FILE, REPO, stand_in_gguf
+    from tests.committed import local_profile
+    from tests.rehearsal.conftest import _stage_and_synth
+    from tests.rehearsal.harness import STATE, World, rehearsal_profile
+
+    image = os.environ.get("GGUF_SERVE_REHEARSAL_IMAGE") or _serving_image(_stage_and_synth())
+    gguf = stand_in_gguf()
+    sha = gguf.with_name(gguf.name + ".sha256").read_text().split()[0]
+    artifact = ModelArtifact(
+        name="qwen36-27b-stand-in", repo=REPO, file=FILE, size_bytes=gguf.stat().st_size, sha256=sha,
+        gguf_architecture="qwen35", has_mtp_layers=True, total_params_b=0.0003, active_params_b=0.0003,
+        kv_bytes_per_token=4096,
+    )  # fmt: skip
+    base = rehearsal_profile()
+    profile = replace(base, model=artifact, server=local_profile(model=artifact).server)
+    profile = replace(profile, server=replace(profile.server, host=base.server.host, port=base.server.port))
+    streams = 16  # the fetcher's default --s3-connections
+    STATE.mkdir(parents=True, exist_ok=True)
+    print(f"boot of {artifact.size_bytes / 1e9:.1f} GB from the S3 stand-in at {a.link_mbps:g} MB/s "
+          f"({a.stream_mbps:g} MB/s per GET) with image {image}", flush=True)  # fmt: skip
+    with World(image, gguf, profile=profile) as world:
+        blobs = list(world.registry.blobs.values())
+        rates = measure_rates(STATE, a.link_mbps * 1e6, a.stream_mbps * 1e6, streams, blobs)
+        world.aws.objects.limit(link_bps=a.link_mbps * 1e6, connection_bps=a.stream_mbps * 1e6)
+        world.seed_cache(gguf, sha)
+        instance = world.instance("i-0b00000000000b16e")
+        instance.start()
+        result = instance.wait_boot_done(timeout=3600)
+        at = {t.step.split(" ")[0]: t.at for t in instance.step_times()}
+        fetch_line = _fetch_line(world)
+        read_s = _page_cache_read(instance, FILE)
+        if a.keep:
+            input("press Enter to tear the instance down")
+    print(result)
+    measured = _measured(at, fetch_line, read_s)
+    model = steps(artifact.size_bytes, world.registry.compressed_bytes, rates)
+    _print(measured, model, rates, world.registry.compressed_bytes, artifact.size_bytes, a)
+    return 0 if result.endswith("exited 0") else 1
+
+
+def _serving_image(assembly: Path) -> str:
+    from tests.images.buildspec import build_inputs, run_buildspec
+    from tests.images.engine import docker, ensure_engine
+
+    ensure_engine()
+    inputs = build_inputs(assembly, "IntelMoeStack")
+    if docker("image", "inspect", inputs.image, check=False).returncode != 0:
+        work = Path(os.environ.get("TMPDIR", "/tmp")) / "gguf-serve-rehearsal-build"
+        work.mkdir(parents=True, exist_ok=True)
+        run_buildspec(inputs, work)
+    return inputs.image
+
+
+def _fetch_line(world) -> str:  # noqa: ANN001 - tests.rehearsal.harness.World
+    """The launcher's `model ready at ... (figures)` line from the fetch container's CloudWatch Logs stream."""
+    logs = world.aws.client("logs")
+    events = logs.get_log_events(logGroupName=world.boot.log_group, logStreamName="ip-10-0-1-23/fetch")["events"]
+    return next((e["message"] for e in reversed(events) if "model ready at" in e["message"]), "")
+
+
+def _page_cache_read(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstance
+    """Seconds to read the whole model back inside the instance (the page cache, or the disk where it was evicted)."""
+    script = f"s=$(date +%s%N); cat {MODEL_DIR}/{file} > /dev/null; e=$(date +%s%N); echo $(((e - s) / 1000000))"
+    out = instance.sh(script, timeout=1800).stdout
+    return int(out.strip()) / 1000 if out.strip().isdigit() else float("nan")
+
+
+def _measured(at: dict[str, float], fetch_line: str, read_s: float) -> dict[str, float]:
+    nan = float("nan")
+    m = re.search(r"in ([\d.]+) s: last byte at ([\d.]+) s, hashed at ([\d.]+) s, on disk at ([\d.]+) s", fetch_line)
+    total, received, hashed, on_disk = (float(x) for x in m.groups()) if m else (float("nan"),) * 4
+    return {
+        "image pull": at.get("model", float("nan")) - at.get("image", float("nan")),
+        "fetch (network)": received,
+        "verify (hash after the last byte)": hashed - received,
+        "write (fsync after the hash)": on_disk - hashed,
+        "fetch step in all": at.get("systemd", float("nan")) - at.get("model", float("nan")),
+        "load to first /health 200 (stand-in weights)": at.get("healthy;", nan) - at.get("systemd", nan),
+        "real-size read of the weights": read_s,
+        "boot (start to healthy)": at.get("healthy;", float("nan")),
+    }  # fmt: skip
+
+
+def _print(measured: dict[str, float], model: dict[str, float], rates: Rates, image: int, size: int, a) -> None:  # noqa: ANN001
+    print(f"\nreal-size boot: {size / 1e9:.1f} GB model, image {image / 1e6:.0f} MB compressed; {os.cpu_count()} CPUs "
+          f"({platform.machine()}), load average {os.getloadavg()[0]:.1f} at the end")  # fmt: skip
+    print(f"this machine's rates: network {rates.network_bps / 1e6:.0f} MB/s (S3 stand-in: {a.link_mbps:g} MB/s link, "
+          f"{a.stream_mbps:g} MB/s per GET x 16), sha256 {rates.hash_bps / 1e6:.0f} MB/s, disk writes "
+          f"{rates.disk_bps / 1e6:.0f} MB/s, page-cache reads {rates.page_cache_bps / 1e6:.0f} MB/s, dirty limit "
+          f"{rates.dirty_limit / 1e9:.1f} GB, gzip {rates.image_bps / 1e6:.0f} MB/s")  # fmt: skip
+    print("| step | measured s | model s at this machine's rates | measured / model |")
+    print("|---|---|---|---|")
+    for step, value in measured.items():
+        expect = model.get(step)
+        ratio = f"{value / expect:.2f}" if expect else "-"
+        print(f"| {step} | {value:.1f} | {f'{expect:.1f}' if expect is not None else '-'} | {ratio} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""SageMaker hosting as data (profiles/sagemaker.toml) and the endpoint's numbers derived from a profile."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gguf_serve.catalog import ProfileError
+from gguf_serve.catalog.hosting import (
+    MIB,
+    VERIFY_MIB_S,
+    endpoint_name,
+    plan_sagemaker,
+    sagemaker_profile,
+    sagemaker_stack_name,
+)
+from gguf_serve.catalog.loader import load_catalog
+from tests.catalog.stand_in import ROOT
+from tests.committed import CATALOG, PROFILES
+
+
+def test_every_stack_profile_but_none_on_c8i_has_its_own_ml_type():
+    hosted = {p.stack_name: CATALOG.hosting[p.hardware.instance_type].ml_type for p in PROFILES.values()}
+    assert hosted == {
+        "GravitonMoeStack": "ml.c8g.4xlarge",
+        "GravitonMoeHeadroomStack": "ml.c8g.8xlarge",
+        "IntelMoeStack": "ml.c7i.4xlarge",  # SageMaker has no ml.c8i
+        "GpuMtpStack": "ml.g5.xlarge",
+    }
+    assert all(h.price_is_estimate for h in CATALOG.hosting.values())  # no China SageMaker price was reachable
+
+
+def test_each_ml_type_is_one_the_pinned_sdk_knows_for_hosting():
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    known = set(model.shape_for("ProductionVariantInstanceType").enum)
+    assert {h.ml_type for h in CATALOG.hosting.values()} <= known
+    assert not [t for t in known if t.startswith("ml.c8i.")]  # hence ml.c7i for the Intel profile
+    amis = set(model.shape_for("ProductionVariantInferenceAmiVersion").enum)
+    assert {h.inference_ami for h in CATALOG.hosting.values() if h.inference_ami} <= amis
+
+
+def test_a_profile_on_its_ml_type_keeps_model_and_flags_and_is_checked_on_that_shape():
+    intel = PROFILES["intel-moe"]
+    on = sagemaker_profile(intel, CATALOG.hosting["c8i.4xlarge"])
+    assert on.stack_name == "IntelMoeSageMakerStack" and on.hardware.instance_type == "ml.c7i.4xlarge"
+    assert on.runtime().model == intel.runtime().model and on.server == intel.server
+    assert on.threads == 8 and on.hardware.ri_1yr_all_upfront_cny is None
+    small = replace(CATALOG.hosting["c8i.4xlarge"], memory_gib=16)  # a shape the 35B model does not fit
+    with pytest.raises(ProfileError, match=r"on SageMaker \(ml.c7i.4xlarge\): profile 'intel-moe': .* needs"):
+        sagemaker_profile(intel, small)
+
+
+def test_the_plan_comes_from_the_profiles_load_budget():
+    p = PROFILES["graviton-moe"]
+    plan = plan_sagemaker(sagemaker_profile(p, CATALOG.hosting["c8g.4xlarge"]), CATALOG.hosting["c8g.4xlarge"])
+    size = p.model.size_bytes
+    assert plan.startup_timeout_s == math.ceil((size / (VERIFY_MIB_S * MIB) + p.fleet.boot.model_load_s) / 60) * 60
+    assert plan.download_timeout_s == math.ceil(size / (p.fleet.boot.cache_read_mib_s * MIB) / 60) * 60
+    assert plan.volume_gb == math.ceil(size / 1024**3) + p.fleet.volume.image_headroom_gib
+    assert (plan.min_instances, plan.max_instances) == (p.fleet.capacity.min_capacity, p.fleet.capacity.max_capacity)
+    assert 60 <= plan.startup_timeout_s <= 3600 and plan.staging_s < 3300
+    gpu = PROFILES["gpu-mtp"]
+    gpu_plan = plan_sagemaker(sagemaker_profile(gpu, CATALOG.hosting["g5.xlarge"]), CATALOG.hosting["g5.xlarge"])
+    assert gpu_plan.volume_gb is None and gpu_plan.target_concurrency == 0.7  # one MTP slot
+
+
+def test_a_model_past_sagemakers_limits_is_refused_with_the_numbers():
+    p = PROFILES["graviton-moe"]
+    hosting = CATALOG.hosting["c8g.4xlarge"]
+    slow = replace(p, fleet=p.fleet.changed(model_load_s=3580))  # + 54 s to hash 22.7 GB at the planning rate
+    with pytest.raises(ProfileError, match=r"the startup health check needs 3\d{3} s .* more than SageMaker's 3600 s"):
+        plan_sagemaker(slow, hosting)
+    crawl = replace(p, fleet=p.fleet.changed(planning_download_mib_s=5.0))
+    with pytest.raises(ProfileError, match="staging Qwen3.6-35B-A3B may take .* more than a custom resource can wait"):
+        plan_sagemaker(crawl, hosting)
+
+
+def test_names():
+    assert sagemaker_stack_name("GravitonMoeStack") == "GravitonMoeSageMakerStack"
+    assert endpoint_name(PROFILES["graviton-moe-headroom"]) == "gguf-serve-graviton-moe-headroom"
+
+
+@pytest.fixture()
+def profiles(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(ROOT / "profiles", tmp_path / "profiles"))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        ('[hosting."c8g.4xlarge"]', '[hosting."c9g.4xlarge"]', r'hosting."c9g.4xlarge": unknown instance type'),
+        ('ml_type = "ml.c8g.4xlarge"', 'ml_type = "c8g.4xlarge"', "ml_type must be an ml.\\* type"),
+        ("physical_cores = 16  # Graviton4", 'physical_cores = "16"  #', "physical_cores must be an integer"),
+        ('cpu = "AWS Graviton4 (Neoverse V2)"\non_demand', 'cpu = "x"\nspot = true\non_demand', "unknown key 'spot'"),
+    ],
+)
+def test_a_bad_hosting_table_names_file_key_and_fix(profiles, old, new, match):
+    path = profiles / "sagemaker.toml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ProfileError, match=match):
+        load_catalog(profiles, skip_unlocked=True)
+
+
+def test_without_the_file_there_is_no_sagemaker_family(profiles):
+    (profiles / "sagemaker.toml").unlink()
+    assert load_catalog(profiles, skip_unlocked=True).hosting == {}

@@ -1,0 +1,163 @@
+"""The EKS pod, rehearsed under Docker from its own manifest (stacks/eks/manifests.py), by the kubelet stand-in of
+tests/rehearsal/pod.py: the API key from Secrets Manager and the GGUF (S3 cache first, then ModelScope, sha256
+verified) by the init containers, llama-server as a sidecar held back by its startup probe, the hop ready, a stream
+running, then the pod's termination: the hop's preStop drain, SIGTERM, the grace period. Zero streams cut.
+
+The pod's network is its own loopback: moto (Secrets Manager, S3) and the local ModelScope stand-in serve there, so
+nothing is reached outside the pod. The model is the real Gemma 3 270M GGUF; the image is the x86-64 CPU image the
+image tier builds (tests/rehearsal/conftest.py). What stands in for the cluster: endpoint and credential variables
+(on EKS, IAM roles for service accounts inject AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE instead).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import replace
+
+import pytest
+
+from stacks.eks.manifests import WorkloadDeploy, serving_objects
+from stacks.eks.workload import ServingWorkload
+from tests.committed import local_profile
+from tests.rehearsal.pod import PodRun
+
+pytestmark = [pytest.mark.rehearsal, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+SECRET = "gguf-serve-api-key"
+BUCKET = "gguf-serve-model-cache"
+KEY = "rehearsal-key-0123456789"
+DRAIN_DEADLINE_S = 240  # the rehearsal's: a Gemma answer takes seconds (on a loaded machine, tens), not minutes
+
+
+def _stream(port: int, max_tokens: int) -> dict:
+    """A streamed chat from inside the pod: the bytes, and when the first and last arrived."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    body = {"messages": [{"role": "user", "content": "Count from one to two hundred in words."}],
+            "max_tokens": max_tokens, "stream": True, "ignore_eos": True}  # fmt: skip
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Authorization": f"Bearer {KEY}"})
+    answer = conn.getresponse()
+    seen, first = b"", None
+    while chunk := answer.read1(65536):
+        first = first or time.monotonic()
+        seen += chunk
+    return {"status": answer.status, "body": seen, "first": first, "last": time.monotonic()}
+
+
+def _request(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict[str, str]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request(method, path, json.dumps(body) if body else None, {"Authorization": f"Bearer {KEY}"})
+    answer = conn.getresponse()
+    answer.read()
+    return answer.status, dict(answer.getheaders())
+
+
+def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, gemma_gguf, tmp_path):
+    from gguf_serve.local.hub import LocalScope
+    from tests.rehearsal.aws import AwsStandIn
+    from tests.rehearsal.tls import ensure_ca, server_certificate
+
+    profile = local_profile()
+    workload = replace(ServingWorkload.of(profile), drain_deadline_s=DRAIN_DEADLINE_S)
+    deploy = WorkloadDeploy(
+        image=serving_image, region="cn-northwest-1", api_key_secret_arn=SECRET,
+        model_cache_url=f"s3://{BUCKET}/models/", service_account="rehearsal", node_port=30080,
+    )  # fmt: skip
+    runtime, deployment, _, _ = serving_objects(workload, deploy)
+    spec = deployment["spec"]["template"]["spec"]
+    pod = PodRun(spec, {runtime["metadata"]["name"]: runtime["data"]}, tmp_path)
+    hub = aws = None
+    try:
+        pod.create(serving_image)
+        tls = tmp_path / "tls"
+        certificate = server_certificate(ensure_ca(tls / "ca"), ["localhost"], tls)
+        aws = pod.in_pod(lambda: AwsStandIn(certificate))  # moto on the pod's loopback
+        hub = pod.in_pod(lambda: LocalScope().start())
+        hub.add_file(profile.model.repo, profile.model.file, gemma_gguf)
+        secrets, s3 = aws.client("secretsmanager"), aws.client("s3")  # called from the pod's network only
+        pod.in_pod(lambda: secrets.create_secret(Name=SECRET, SecretString=KEY))
+        location = {"LocationConstraint": "cn-northwest-1"}
+        pod.in_pod(lambda: s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration=location))
+        pod.cluster_env = {
+            "AWS_ENDPOINT_URL": aws.url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "MODELSCOPE_ENDPOINT": hub.url,
+        }  # fmt: skip
+
+        init = {c["name"]: c for c in spec["initContainers"]}
+        assert "API key written" in pod.run_init(init["api-key"], timeout=120)
+        fetched = pod.run_init(init["fetch"], timeout=600)
+        assert "model ready" in fetched, fetched[-2000:]
+        cached = pod.in_pod(lambda: s3.list_objects_v2(Bucket=BUCKET)).get("Contents", [])
+        assert [o["Size"] for o in cached] == [profile.model.size_bytes], "the fresh download was written back to S3"
+
+        pod.start(init["llama"])  # a sidecar: the main container waits for its startup probe
+        pod.probe(init["llama"], "startupProbe")
+        [hop] = spec["containers"]
+        pod.start(hop)
+        pod.probe(hop, "readinessProbe")
+        port = workload.port
+
+        status, _ = pod.in_pod(
+            lambda: _request(port, "POST", "/v1/chat/completions", {"messages": [], "max_tokens": 1})
+        )
+        assert status != 401, status  # the key from Secrets Manager reached llama-server
+        streaming, result = pod.spawn_in_pod(lambda: _stream(port, max_tokens=32))
+        deadline = time.monotonic() + 60
+        while pod.in_pod(lambda: _health_in_flight(port)) == 0:
+            assert time.monotonic() < deadline and streaming.is_alive(), result
+            time.sleep(0.05)
+        pod.log("a stream is running")
+
+        during: dict = {}
+
+        def watch_drain() -> None:  # while the pod terminates: /health and a new request answer 503
+            until = time.monotonic() + 30
+            while time.monotonic() < until and "health" not in during:
+                status, _ = _request(port, "GET", "/health")
+                if status == 503:
+                    during["health"] = status
+                    during["new"] = _request(port, "POST", "/v1/chat/completions", {"messages": [], "max_tokens": 1})
+                time.sleep(0.05)
+
+        watcher, _ = pod.spawn_in_pod(watch_drain)
+        outcome = pod.terminate()
+        streaming.join(120)
+        watcher.join(30)
+    finally:
+        print("\n".join(f"{e.at:7.2f}s  {e.what}" for e in pod.events))
+        logs = {name: pod.logs(name)[-3000:] for name in pod.containers}
+        pod.remove()
+        if hub is not None:
+            hub.stop()
+        if aws is not None:
+            aws.close()
+
+    code, printed = outcome["prestop"]["hop"]
+    assert "value" in result, (result.get("error"), printed, logs)
+    stream = result["value"]
+    assert stream["status"] == 200 and stream["body"].endswith(b"data: [DONE]\n\n"), (stream, logs)
+    assert stream["body"].count(b'"content"') >= 32  # the whole answer: every token it asked for
+    assert code == 0 and '"cut": 0' in printed and '"finished": 1' in printed, (printed, logs)
+    assert (
+        during.get("health") == 503
+        and during["new"][0] == 503
+        and "retry-after" in {k.lower() for k in during["new"][1]}
+    ), during
+    assert outcome["killed"] == [], outcome  # everything stopped within the grace period: no SIGKILL
+    assert outcome["exit"] == {"hop": 0, "llama": 0}, (outcome, logs)
+    assert outcome["seconds"] < spec["terminationGracePeriodSeconds"]
+    assert stream["last"] > stream["first"]
+    print(json.dumps({"termination_s": outcome["seconds"], "grace_s": spec["terminationGracePeriodSeconds"],
+                      "stream_s": round(stream["last"] - stream["first"], 2), "drain": printed.strip()}))  # fmt: skip
+
+
+def _health_in_flight(port: int) -> int:
+    """Slot-taking requests the hop has in flight (its own gauge on /metrics)."""
+    from gguf_serve.container.hop import names as hop_names
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    text = conn.getresponse().read().decode()
+    line = next((x for x in text.splitlines() if x.startswith(hop_names.IN_FLIGHT + " ")), f"x {0}")
+    return int(float(line.split()[1]))

@@ -1,0 +1,71 @@
+"""EksServingStack synthesized once, through build_app (cdk-nag on, as `cdk synth` runs it), for two profiles: a
+Graviton CPU one and the GPU one, with an admin role, an allowed network and a certificate."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stacks.app import build_app
+from stacks.eks.stack import STACK_NAME
+from tests.conftest import cdk_context
+from tests.stacks.conftest import CERT
+
+ADMIN = "arn:aws-cn:iam::111122223333:role/platform-admins"
+PROFILES = ("graviton-moe", "gpu-mtp")
+CONTEXT = {
+    "eksProfiles": ",".join(PROFILES),
+    "eksAdminRoles": ADMIN,
+    "allowedCidrs": "10.8.0.0/16",
+    "certificateArn": CERT,
+}
+
+
+@pytest.fixture(scope="session")
+def eks_assembly(tmp_path_factory) -> Path:
+    app = build_app(
+        {**cdk_context(), **CONTEXT},
+        config_file=tmp_path_factory.mktemp("eks") / "absent.toml",
+        stack_names=[STACK_NAME],  # the cluster alone: the EC2 and SageMaker stacks are the committed whole app's
+    )
+    assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
+    return Path(assembly.directory) / assembly.get_stack_by_name(STACK_NAME).template_file
+
+
+@pytest.fixture(scope="session")
+def eks_template(eks_assembly: Path) -> dict[str, Any]:
+    return json.loads(eks_assembly.read_text())
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v["Properties"] for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def flat(value: Any) -> str:
+    """A template value as text, each reference as <Name> (what the manifests look like before deploy)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        return value["Fn::Join"][0].join(flat(v) for v in value["Fn::Join"][1])
+    if isinstance(value, dict) and "Ref" in value:
+        return f"<{value['Ref']}>"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return "<{}.{}>".format(*value["Fn::GetAtt"])
+    if isinstance(value, dict) and "Fn::Select" in value:
+        return f"<select:{flat(value['Fn::Select'][1])}>"
+    if isinstance(value, dict) and "Fn::Split" in value:
+        return f"<split:{flat(value['Fn::Split'][1])}>"
+    raise AssertionError(f"unexpected intrinsic {value}")
+
+
+def kube_objects(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every Kubernetes object the stack applies (its own and CDK's service accounts), references as <Name>."""
+    out = []
+    for props in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
+        text = flat(props["Manifest"])
+        out += json.loads(re.sub(r"[\x00-\x1f]", " ", text))
+    return out

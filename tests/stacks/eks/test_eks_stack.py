@@ -1,0 +1,115 @@
+"""EksServingStack's template: the cluster, the node groups, the load balancers and what they may do. cdk-nag ran at
+synth (conftest.py); cfn-lint and checkov run here on the same template."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from stacks.eks.workload import FIRST_NODE_PORT, PROFILE_LABEL
+from tests.conftest import ROOT
+from tests.stacks.eks.conftest import ADMIN, PROFILES, flat, kube_objects, resources
+
+
+def test_the_cluster_is_private_logs_everything_and_encrypts_secrets(eks_template):
+    [cluster] = resources(eks_template, "AWS::EKS::Cluster").values()
+    assert cluster["Version"] == "1.33"
+    vpc = cluster["ResourcesVpcConfig"]
+    assert vpc["EndpointPrivateAccess"] is True and vpc["EndpointPublicAccess"] is False
+    logged = {t["Type"] for t in cluster["Logging"]["ClusterLogging"]["EnabledTypes"]}
+    assert logged == {"api", "audit", "authenticator", "controllerManager", "scheduler"}
+    assert cluster["EncryptionConfig"][0]["Resources"] == ["secrets"]
+    assert cluster["ComputeConfig"]["Enabled"] is False  # not Auto Mode
+    assert cluster["AccessConfig"]["AuthenticationMode"] == "API"
+    principals = [flat(e["PrincipalArn"]) for e in resources(eks_template, "AWS::EKS::AccessEntry").values()]
+    assert ADMIN in principals
+
+
+def test_one_bottlerocket_node_group_per_profile_labelled_and_tainted_for_its_pods(eks_template):
+    groups = resources(eks_template, "AWS::EKS::Nodegroup").values()
+    serving = {g["Labels"][PROFILE_LABEL]: g for g in groups if PROFILE_LABEL in g.get("Labels", {})}
+    assert set(serving) == set(PROFILES)
+    assert serving["graviton-moe"]["AmiType"] == "BOTTLEROCKET_ARM_64"
+    assert serving["graviton-moe"]["InstanceTypes"] == ["c8g.4xlarge"]
+    assert serving["gpu-mtp"]["AmiType"] == "BOTTLEROCKET_x86_64_NVIDIA"  # the device plugin is in the AMI
+    for name, group in serving.items():
+        assert group["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": PROFILE_LABEL, "Value": name}]
+        assert group["CapacityType"] == "ON_DEMAND"
+        assert group["ScalingConfig"]["MaxSize"] == 5  # four pods and a rollout's surge
+    templates = resources(eks_template, "AWS::EC2::LaunchTemplate").values()
+    data = [t["LaunchTemplateData"] for t in templates]
+    assert all(d["MetadataOptions"] == {"HttpPutResponseHopLimit": 1, "HttpTokens": "required"} for d in data)
+    volumes = sorted(d["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] for d in data)
+    assert volumes == [38, 44]  # model + 2 GiB + the 20 GiB image headroom: the 27B (16.8 GB), the 35B (22.7 GB)
+    assert all(d["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True for d in data)
+
+
+def test_each_profile_has_an_internal_alb_on_its_node_port_for_the_allowed_network_with_tls(eks_template):
+    albs = resources(eks_template, "AWS::ElasticLoadBalancingV2::LoadBalancer").values()
+    assert len(albs) == len(PROFILES) and all(a["Scheme"] == "internal" for a in albs)
+    groups = resources(eks_template, "AWS::ElasticLoadBalancingV2::TargetGroup").values()
+    assert sorted(g["Port"] for g in groups) == [FIRST_NODE_PORT, FIRST_NODE_PORT + 1]
+    assert all(g["TargetType"] == "instance" and g["HealthCheckPath"] == "/health" for g in groups)
+    listeners = resources(eks_template, "AWS::ElasticLoadBalancingV2::Listener").values()
+    assert all(listener["Protocol"] == "HTTPS" and listener["Port"] == 443 for listener in listeners)
+    ingress = [
+        rule
+        for sg in resources(eks_template, "AWS::EC2::SecurityGroup").values()
+        if "ALB" in sg.get("GroupDescription", "")
+        for rule in sg.get("SecurityGroupIngress", [])
+    ]
+    assert {r["CidrIp"] for r in ingress} == {"10.8.0.0/16"}
+    attachments = resources(eks_template, "Custom::NodegroupTargets").values()
+    assert len(attachments) == len(PROFILES)
+
+
+def test_pods_get_aws_access_through_irsa_and_the_scaler_only_its_groups(eks_template):
+    [provider] = resources(eks_template, "AWS::IAM::OIDCProvider").values()
+    assert provider["ClientIdList"] == ["sts.amazonaws.com"]
+    accounts = {o["metadata"]["name"]: o for o in kube_objects(eks_template) if o["kind"] == "ServiceAccount"}
+    assert set(accounts) == {*PROFILES, *(f"{p}-scaler" for p in PROFILES)}
+    assert all("eks.amazonaws.com/role-arn" in a["metadata"]["annotations"] for a in accounts.values())
+    text = json.dumps(eks_template)
+    assert "autoscaling:SetDesiredCapacity" in text and "autoScalingGroupName/eks-*" in text
+
+
+def test_nothing_partition_or_registry_specific_is_hard_coded(eks_template):
+    text = json.dumps(eks_template)
+    for foreign in ("arn:aws:", "docker.io", "ghcr.io", "registry.k8s.io", "nvcr.io", "public.ecr.aws", "github"):
+        assert foreign not in text, foreign
+    images = {c["image"] for o in kube_objects(eks_template) if o["kind"] == "Deployment" for c in _containers(o)}
+    # <account>.dkr.ecr.<region>.<URL suffix>/<repository>: the stack's own repositories, nothing else
+    ecr = re.compile(
+        r"^<select:<split:<Image(\w+)Repository\w+\.Arn>>>\.dkr\.ecr\.<select:[^/]+>\.<AWS::URLSuffix>/<Image\1Repository\w+>:"
+    )
+    assert images and all(ecr.match(i) for i in images), images
+
+
+def _containers(deployment: dict) -> list[dict]:
+    spec = deployment["spec"]["template"]["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_cfn_lint_finds_nothing(eks_assembly):
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--",
+         str(eks_assembly)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_checkov_finds_nothing_unreasoned(eks_assembly, tmp_path):
+    checkov = ROOT / ".venv-checkov" / "bin" / "checkov"
+    (tmp_path / "eks.template.json").write_text(eks_assembly.read_text())
+    out = subprocess.run(
+        [str(checkov), "-d", str(tmp_path), "--framework", "cloudformation", "--quiet", "--compact", "-o", "json"],
+        capture_output=True, text=True, timeout=600,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BC_SKIP_MAPPING": "TRUE"},
+    )  # fmt: skip
+    report = json.loads(out.stdout)
+    assert report["results"]["failed_checks"] == []
+    assert report["summary"]["passed"] > 400

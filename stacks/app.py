@@ -53,19 +53,23 @@ def main(
 ) -> int:
     """What `cdk synth|deploy` runs (app.py): the app, synthesized; or, for any bad input (a profile or lock file, a
     deploy option, a construct's props), one line on stderr that says what to change, and exit status 1. A refused
-    stack (its profile or model) is one such line per stack: with cdk.json's validation, synth fails on any stack's
-    error annotation, so the refusals are said here instead of in the validation report's traceback."""
+    stack carries its refusal as an error annotation, which the CLI reports for that stack only; where synth itself
+    fails on them (cdk.json's annotationsInValidationReport, in-process), each refusal is said in one line instead
+    of the validation report's traceback."""
     try:
         app = build_app(context, config_file=config_file, profiles_dir=profiles_dir)
     except InputError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 1
-    refusals = [str(m.data) for s in app.node.children for m in s.node.metadata if m.type == "aws:cdk:error"]
-    for refusal in refusals:
-        print(f"error: {refusal}", file=sys.stderr)
-    if refusals:
+    try:
+        app.synth()
+    except RuntimeError:
+        refusals = [str(m.data) for s in app.node.children for m in s.node.metadata if m.type == "aws:cdk:error"]
+        if not refusals:
+            raise
+        for refusal in refusals:
+            print(f"error: {refusal}", file=sys.stderr)
         return 1
-    app.synth()
     return 0
 
 

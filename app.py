@@ -3,11 +3,6 @@
 
 import sys
 
-from gguf_serve.catalog import ProfileError
-from stacks.app import build_app
+from stacks.app import main
 
-try:
-    app = build_app()
-except ProfileError as bad:  # a bad profile or deploy option: say what to change, no traceback
-    sys.exit(f"error: {bad}")
-app.synth()
+sys.exit(main())

@@ -1,5 +1,6 @@
-"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml), and its SageMaker twin
-where SageMaker hosts the profile's instance type (stacks/sagemaker/app.py). Deterministic.
+"""Composition root: one ServingStack per profile with a stack (profiles/serving/*.toml), its SageMaker twin where
+SageMaker hosts the profile's instance type (stacks/sagemaker/app.py), and EksServingStack when the deploy options
+name its profiles. Deterministic.
 
 `build_app` is the one path to the app: `app.py` (what `cdk synth|deploy` runs) and the tests both call it, so
 the tests see the same options, feature flags and policy-validation plugins (cdk-nag) as the CLI.
@@ -12,21 +13,24 @@ stacks and why). With every model listing-locked, synth opens no socket.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from gguf_serve.catalog import ProfileError, ServingProfile
-from gguf_serve.catalog.hosting import sagemaker_stack_name
-from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
+from gguf_serve.catalog import ServingProfile
+from gguf_serve.catalog.hosting import SageMakerHosting, sagemaker_stack_name
+from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, ProfileFrame, load_catalog, load_frame
 from gguf_serve.catalog.lookup import resolve_locks, stack_files, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
+from gguf_serve.errors import InputError
 from stacks.eks.stack import STACK_NAME as EKS_STACK
 from stacks.eks.stack import EksServingStack
-from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptions, load_options
+from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptionError, DeployOptions, load_options
+from stacks.plan import ServicePlan, plan_eks, plan_service
 from stacks.sagemaker.app import add_sagemaker_stacks
 from stacks.serving_stack import ServingStack
 
@@ -44,99 +48,165 @@ def cli_context() -> dict[str, Any]:
     return ctx
 
 
-def build_app(
-    context: dict[str, Any] | None = None,
+def main(
+    context: dict[str, Any] | None = None, *, config_file: Path = DEPLOY_CONFIG, profiles_dir: Path = PROFILES_DIR
+) -> int:
+    """What `cdk synth|deploy` runs (app.py): the app, synthesized; or, for any bad input (a profile or lock file, a
+    deploy option, a construct's props), one line on stderr that says what to change, and exit status 1. A refused
+    stack carries its refusal as an error annotation, which the CLI reports for that stack only; where synth itself
+    fails on them (cdk.json's annotationsInValidationReport, in-process), each refusal is said in one line instead
+    of the validation report's traceback."""
+    try:
+        app = build_app(context, config_file=config_file, profiles_dir=profiles_dir)
+    except InputError as bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 1
+    try:
+        app.synth()
+    except RuntimeError:
+        refusals = [str(m.data) for s in app.node.children for m in s.node.metadata if m.type == "aws:cdk:error"]
+        if not refusals:
+            raise
+        for refusal in refusals:
+            print(f"error: {refusal}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@dataclass(frozen=True)
+class AppPlan:
+    """Every stack the app builds, planned before any construct exists (the pre-flight reads the same plan)."""
+
+    options: DeployOptions
+    services: dict[str, ServicePlan]  # stack name -> its plan, in the profiles' order
+    refusals: dict[str, str] = field(default_factory=dict)  # stack name -> why the CLI must not deploy it yet
+    unplanned: tuple[str, ...] = ()  # stacks whose profile file cannot be read: built empty, refused
+    # The SageMaker twins (stacks/sagemaker/app.py): EC2 stack -> model for each twin wanted, the built profiles by
+    # EC2 stack, profiles/sagemaker.toml's hosting by EC2 type, and model -> why its lock was refused.
+    twins: dict[str, str] = field(default_factory=dict)
+    built: dict[str, ServingProfile] = field(default_factory=dict)
+    hosting: dict[str, SageMakerHosting] = field(default_factory=dict)
+    lock_refused: dict[str, str] = field(default_factory=dict)
+    eks: tuple[ServicePlan, ...] = ()  # EksServingStack's profiles (eksProfiles), one plan each; () no cluster
+    zones: tuple[str, ...] = ()  # the region's pinned zones
+
+
+def plan_app(
+    context: dict[str, Any],
     *,
     config_file: Path = DEPLOY_CONFIG,
+    profiles_dir: Path = PROFILES_DIR,
     stack_names: list[str] | None = None,
-    refusals: dict[str, str] | None = None,
-) -> cdk.App:
-    """The app; `stack_names` limits it to those stacks (and their model lookups). A refused stack is still built
-    and carries its refusal as an error annotation, which the CLI reports when that stack is selected; with
-    `refusals` given, the reason goes there instead (the pre-flight checks a refused stack's account needs too)."""
-    app = cdk.App(context=context) if context is not None else cdk.App()
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    options = load_options(_context_values(app), config_file)
-    zones = (app.node.try_get_context("pinned-availability-zones") or {}).get(options.region)
+) -> AppPlan:
+    """The deploy options, the catalog and the lock, resolved into one plan per stack; `stack_names` limits it to
+    those stacks (and their model lookups). `context`: what the app's context holds (cdk.json, cdk.context.json, -c)."""
+    options = load_options({name: context.get(name) for name in (*OPTION_NAMES, *RENAMED)}, config_file)
+    zones = (context.get("pinned-availability-zones") or {}).get(options.region)
     if not zones:
-        raise ProfileError(
-            f"no pinned availability zones for region {options.region!r}: add it to 'pinned-availability-zones' in "
+        raise DeployOptionError(
+            f"region {options.region!r} has no pinned availability zones: add it to 'pinned-availability-zones' in "
             "cdk.context.json (synth never looks zones up)"
         )
-    lock_file = model_lock_file(app.node.try_get_context(MODEL_LOCK_CONTEXT))
-    models = stack_models(PROFILES_DIR)
+    lock_file = model_lock_file(context.get(MODEL_LOCK_CONTEXT), profiles_dir)
+    models = stack_models(profiles_dir)
     twins = {n: m for n, m in models.items() if stack_names is None or sagemaker_stack_name(n) in stack_names}
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
-    lookups = str(app.node.try_get_context(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
+    lookups = str(context.get(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
     wanted = list(dict.fromkeys([*models.values(), *twins.values()]))
     resolution = resolve_locks(
-        wanted, root=PROFILES_DIR, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
+        wanted, root=profiles_dir, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
     )
     # Tolerant: a model or profile that fails refuses its own stacks only; workstation profiles are no stacks.
-    catalog = load_catalog(PROFILES_DIR, lock_file=lock_file, skip_unlocked=True, tolerant=True, workstations=False)
+    catalog = load_catalog(profiles_dir, lock_file=lock_file, skip_unlocked=True, tolerant=True, workstations=False)
     built = {p.stack_name: p for p in catalog.profiles.values()}
-    files = stack_files(PROFILES_DIR)
-    env = cdk.Environment(account=options.account, region=options.region)
+    files = stack_files(profiles_dir)
+    services: dict[str, ServicePlan] = {}
+    refusals: dict[str, str] = {}
+    unplanned = []
     for stack_name, model in models.items():
         profile = built.get(stack_name)
-        if profile is None:
-            # No lock entry at all, so nothing to plan from: an empty stack carries the refusal, so that
-            # `cdk deploy <it>` says why while the other stacks synthesize and deploy.
-            stack: cdk.Stack = cdk.Stack(app, stack_name, env=env)
-            cdk.CfnWaitConditionHandle(stack, "ModelNotLocked")  # a template needs one resource to be valid
+        frame = profile or catalog.unlocked_frames.get(stack_name) or _frame(files.get(stack_name), catalog.hardware)
+        if frame is None:
+            unplanned.append(stack_name)
         else:
-            stack = ServingStack(
-                app,
-                stack_name,
-                profile=apply_options(profile, options),
-                availability_zones=list(zones),
-                certificate_arn=options.certificate_arn,
-                image_build_args=options.image_build_args,
-                arm64_builder=options.arm64_builder,
-                debian_mirrors=options.debian_mirrors,
-                env=env,
-            )
+            services[stack_name] = plan_service(frame, options, tuple(zones))
         why = resolution.refused.get(model) or catalog.problems.get(str(files.get(stack_name)))
         if not why and profile is None:
             why = f"model {model} has no entry in {lock_file}; run `gguf-serve-catalog lock {model}`"
         refusal = f"{stack_name}: {why}" if why else deploy_refusal(profile) if profile else None
-        if refusal and refusals is not None:
+        if refusal:
             refusals[stack_name] = refusal
-        elif refusal:
+    eks: tuple[ServicePlan, ...] = ()
+    if options.eks_profiles and (stack_names is None or EKS_STACK in stack_names):
+        eks = plan_eks({name: p for name, p in catalog.profiles.items() if p.stack_name}, options, tuple(zones))
+    return AppPlan(
+        options, services, refusals, tuple(unplanned), twins=twins, built=built, hosting=catalog.hosting,
+        lock_refused=dict(resolution.refused), eks=eks, zones=tuple(zones),
+    )  # fmt: skip
+
+
+def _frame(path: Path | None, hardware: Any) -> ProfileFrame | None:
+    """What a profile file that failed to load still says (its instance, image, fleet), or None if that fails too."""
+    try:
+        return load_frame(path, hardware=hardware) if path else None
+    except InputError:
+        return None
+
+
+def build_app(
+    context: dict[str, Any] | None = None,
+    *,
+    config_file: Path = DEPLOY_CONFIG,
+    profiles_dir: Path = PROFILES_DIR,
+    stack_names: list[str] | None = None,
+    plan: AppPlan | None = None,
+    annotate_refusals: bool = True,
+    outdir: str | None = None,
+) -> cdk.App:
+    """The app, from `plan` or from the plan of its context. A refused stack is still built and carries its refusal
+    as an error annotation, which the CLI reports when that stack is selected; `annotate_refusals=False` leaves it
+    off and adds the refusals of the SageMaker and EKS stacks to `plan.refusals` (the pre-flight reports refusals
+    itself and checks what a refused stack needs of the account too).
+    `outdir`: where synth writes the cloud assembly (default: the CLI's, or a temporary folder)."""
+    app = cdk.App(context=context, outdir=outdir) if context is not None else cdk.App(outdir=outdir)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    if plan is None:
+        known = (*OPTION_NAMES, *RENAMED, "pinned-availability-zones", MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT)
+        values = {name: app.node.try_get_context(name) for name in known}
+        plan = plan_app(values, config_file=config_file, profiles_dir=profiles_dir, stack_names=stack_names)
+    env = cdk.Environment(account=plan.options.account, region=plan.options.region)
+    for stack_name in [*plan.services, *plan.unplanned]:
+        service = plan.services.get(stack_name)
+        if service is None or service.profile is None:
+            # No lock entry at all (or no profile to read), so nothing to build from: an empty stack carries the
+            # refusal, so that `cdk deploy <it>` says why while the other stacks synthesize and deploy.
+            stack: cdk.Stack = cdk.Stack(app, stack_name, env=env)
+            cdk.CfnWaitConditionHandle(stack, "ModelNotLocked")  # a template needs one resource to be valid
+        else:
+            stack = ServingStack(app, stack_name, plan=service, env=env)
+        if annotate_refusals and stack_name in plan.refusals:
             # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
-            cdk.Annotations.of(stack).add_error(refusal)
+            cdk.Annotations.of(stack).add_error(plan.refusals[stack_name])
+    refusals = None if annotate_refusals else plan.refusals
     add_sagemaker_stacks(
-        app, models=twins, built=built, hosting=catalog.hosting, refused=resolution.refused, options=options,
-        zones=list(zones), env=env, refusals=refusals,
+        app, models=plan.twins, built=plan.built, hosting=plan.hosting, refused=plan.lock_refused,
+        options=plan.options, zones=list(plan.zones), env=env, refusals=refusals,
     )  # fmt: skip
-    if options.eks_profiles and (stack_names is None or EKS_STACK in stack_names):
-        serving = {name: p for name, p in catalog.profiles.items() if p.stack_name}
-        _eks_stack(app, options, serving, zones, env, refusals)
+    if plan.eks:
+        _eks_stack(app, plan, env, refusals)
     return app
 
 
-def _eks_stack(
-    app: cdk.App,
-    options: DeployOptions,
-    by_name: dict[str, ServingProfile],
-    zones: list[str],
-    env: cdk.Environment,
-    refusals: dict[str, str] | None,
-) -> None:
+def _eks_stack(app: cdk.App, plan: AppPlan, env: cdk.Environment, refusals: dict[str, str] | None) -> None:
     """EksServingStack, only when deploy.toml or -c names its profiles (eksProfiles): no cluster by default."""
-    unknown = [n for n in options.eks_profiles if n not in by_name]
-    if unknown:
-        raise ProfileError(
-            f"eksProfiles: no serving profile named {', '.join(unknown)}; use some of {', '.join(sorted(by_name))}"
-        )
-    profiles = [apply_options(by_name[n], options) for n in options.eks_profiles]
+    options = plan.options
     stack = EksServingStack(
         app,
         EKS_STACK,
-        profiles=profiles,
-        availability_zones=list(zones),
+        plans=list(plan.eks),
+        availability_zones=list(plan.zones),
         certificate_arn=options.certificate_arn,
         image_build_args=options.image_build_args,
         arm64_builder=options.arm64_builder,
@@ -144,6 +214,7 @@ def _eks_stack(
         admin_role_arns=options.eks_admin_roles,
         env=env,
     )
+    profiles = [p.profile for p in plan.eks if p.profile is not None]
     why = "; ".join(r for r in (deploy_refusal(replace(p, stack_name="")) for p in profiles) if r)  # by profile name
     if why and refusals is not None:
         refusals[EKS_STACK] = f"{EKS_STACK}: {why}"
@@ -151,35 +222,13 @@ def _eks_stack(
         cdk.Annotations.of(stack).add_error(f"{EKS_STACK}: {why}")
 
 
-def model_lock_file(context_value: str | None = None) -> Path:
+def model_lock_file(context_value: str | None = None, profiles_dir: Path = PROFILES_DIR) -> Path:
     """The lock file synth reads and, on a lookup, writes: `-c modelLock=<file>`, else profiles/models.lock.toml."""
-    return ROOT / context_value if context_value else PROFILES_DIR / LOCK_NAME
+    return ROOT / context_value if context_value else profiles_dir / LOCK_NAME
 
 
 def stack_profiles(lock: str | None = None) -> list[ServingProfile]:
-    """The profiles that are stacks, from the committed lock or `-c modelLock=<file>`, as they stand (no lookup;
-    a profile without a stack runs locally only: launcher local, workstations)."""
+    """The profiles that are stacks, from the committed lock or `-c modelLock=<file>`, as the catalog holds them (no
+    lookup, no deploy options; a profile without a stack runs locally only: launcher local, workstations)."""
     catalog = load_catalog(PROFILES_DIR, lock_file=model_lock_file(lock), skip_unlocked=True, workstations=False)
     return [p for p in catalog.profiles.values() if p.stack_name]
-
-
-def apply_options(profile: ServingProfile, options: DeployOptions) -> ServingProfile:
-    """The fleet as deployed: options on top of the catalog's fleet settings."""
-    spot = options.spot and not profile.hardware.has_gpu  # g5 Spot capacity in China is scarce: GPU stays on demand
-    fleet = replace(
-        profile.fleet,
-        allowed_cidrs=options.allowed_cidrs,
-        spot=spot,
-        off_hours=options.off_hours,
-        # PutWarmPool "cannot be called on an Auto Scaling group that has a mixed instances policy or a launch
-        # template ... that requests Spot Instances" (EC2 Auto Scaling API Reference): Spot groups go without one.
-        warm_pool_size=0 if spot else profile.fleet.warm_pool_size if options.warm_pool is None else options.warm_pool,
-        min_capacity=profile.fleet.min_capacity if options.min_capacity is None else options.min_capacity,
-        wake_on_request=options.wake_on_request,
-    )
-    return replace(profile, fleet=fleet)
-
-
-def _context_values(app: cdk.App) -> dict[str, Any]:
-    """The deploy options' `-c` values, and the old names of renamed ones (refused with the new name)."""
-    return {name: app.node.try_get_context(name) for name in (*OPTION_NAMES, *RENAMED)}

@@ -14,13 +14,13 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
-from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.fleet import Capacity, RootVolume
 from gguf_serve.catalog.hardware import Hardware
 from gguf_serve.container.metrics import names
 from gguf_serve.container.names import DRAIN_HEARTBEAT_S, DRAIN_HOOK, LIFECYCLE_HOOK
+from stacks.errors import PropsError
 from stacks.model_cache import ModelCache
-from stacks.nag import acknowledge, arn_of
+from stacks.nag import account_in_finding, acknowledge, arn_of
 from stacks.principals import ec2_principal
 from userdata.render import BootSettings, DeploySettings, InstanceSpec, release_id, render_user_data
 
@@ -53,7 +53,9 @@ class ServingFleet(Construct):
         construct_id: str,
         *,
         hardware: Hardware,
-        fleet: FleetSettings,
+        capacity: Capacity,
+        volume: RootVolume,
+        spot: bool = False,
         instance: InstanceSpec,
         deploy: DeploySettings,
         image_tag: str,
@@ -63,8 +65,13 @@ class ServingFleet(Construct):
     ) -> None:
         """
         hardware: the instance type and AMI of every instance.
-        fleet: group sizes, warm pool, Spot, volume performance, drain deadline.
-        instance: what the boot script reads from the profile (port: the load balancer's target port).
+        capacity: the group's minimum, maximum, desired size, rolling-update batch and the Spot pools' extra instance
+        types (the warm pool: FleetScaling).
+        volume: the root volume's gp3 IOPS and throughput.
+        spot: Spot above an On-Demand base, capacity-optimized, with capacity rebalancing (stacks/plan.py decides);
+        default On-Demand.
+        instance: what the boot script reads from the profile (port: the load balancer's target port; model_load_s:
+        the group's instance warm-up; drain_deadline_s: the drain hook's deadline).
         deploy: the stack's deploy-time values the boot script reads (image, API key, model cache, log group).
         image_tag: the image the instances run; with the rendered script, the release id published so that
         warm-pool instances can compare.
@@ -89,7 +96,7 @@ class ServingFleet(Construct):
         )
         # ModelScope, ECR, Secrets Manager, CloudWatch and OS packages are all HTTPS.
         self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS out")
-        self.launch_template = self._launch_template(hardware, fleet, root_volume_gib, user_data)
+        self.launch_template = self._launch_template(hardware, volume, root_volume_gib, user_data)
         boot = Duration.seconds(boot_budget_s)
         self.release_parameter = ssm.StringParameter(
             self,
@@ -100,9 +107,9 @@ class ServingFleet(Construct):
         )
         self.release_parameter.grant_read(self.role)
         self.group_name = group_name(Stack.of(self).stack_name)
-        self.asg = self._group(vpc, fleet, boot)
+        self.asg = self._group(vpc, capacity, spot, Duration.seconds(instance.model_load_s), boot)
         self._hooks(boot)
-        self.drain_deadline_s = fleet.drain_deadline_s
+        self.drain_deadline_s = instance.drain_deadline_s
         self._grant_reporting(has_gpu=hardware.has_gpu)
 
     def _role(self) -> iam.Role:
@@ -121,7 +128,7 @@ class ServingFleet(Construct):
         return role
 
     def _launch_template(
-        self, hw: Hardware, fleet: FleetSettings, root_volume_gib: int, user_data: ec2.UserData
+        self, hw: Hardware, volume: RootVolume, root_volume_gib: int, user_data: ec2.UserData
     ) -> ec2.LaunchTemplate:
         return ec2.LaunchTemplate(
             self,
@@ -141,8 +148,8 @@ class ServingFleet(Construct):
                         root_volume_gib,
                         volume_type=ec2.EbsDeviceVolumeType.GP3,
                         encrypted=True,
-                        iops=fleet.volume_iops,
-                        throughput=fleet.volume_throughput_mibps,
+                        iops=volume.volume_iops,
+                        throughput=volume.volume_throughput_mibps,
                         delete_on_termination=True,
                     ),
                 )
@@ -150,22 +157,25 @@ class ServingFleet(Construct):
             detailed_monitoring=True,
         )
 
-    def _group(self, vpc: ec2.IVpc, fleet: FleetSettings, boot: Duration) -> autoscaling.AutoScalingGroup:
-        capacity: dict = {"launch_template": self.launch_template}
-        if fleet.spot:
+    def _group(
+        self, vpc: ec2.IVpc, capacity: Capacity, spot: bool, warmup: Duration, boot: Duration
+    ) -> autoscaling.AutoScalingGroup:
+        purchase: dict = {"launch_template": self.launch_template}
+        if spot:
             # Spot above an On-Demand base of what a deploy or a rolling update waits for (min_capacity, plus the
             # instances an update launches beside them): an empty Spot pool never stalls the creation signal or an
             # update, only scale-out, across every listed type (capacity-optimized). A rebalance recommendation starts
             # a replacement before the interruption. No warm pool: PutWarmPool refuses a mixed instances policy.
-            types = (self.launch_template.instance_type, *map(ec2.InstanceType, fleet.spot_instance_types))
-            capacity = {
+            types = (self.launch_template.instance_type, *map(ec2.InstanceType, capacity.spot_instance_types))
+            on_demand = capacity.min_capacity + capacity.rolling_batch if capacity.min_capacity else 0
+            purchase = {
                 "mixed_instances_policy": autoscaling.MixedInstancesPolicy(
                     launch_template=self.launch_template,
                     launch_template_overrides=[autoscaling.LaunchTemplateOverrides(instance_type=t) for t in types]
-                    if fleet.spot_instance_types
+                    if capacity.spot_instance_types
                     else None,
                     instances_distribution=autoscaling.InstancesDistribution(
-                        on_demand_base_capacity=fleet.min_capacity + fleet.rolling_batch if fleet.min_capacity else 0,
+                        on_demand_base_capacity=on_demand,
                         on_demand_percentage_above_base_capacity=0,
                         spot_allocation_strategy=autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED,
                     ),
@@ -178,18 +188,18 @@ class ServingFleet(Construct):
             auto_scaling_group_name=self.group_name,
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            **capacity,
-            min_capacity=fleet.min_capacity,
-            max_capacity=fleet.max_capacity,
-            desired_capacity=fleet.desired_capacity,
+            **purchase,
+            min_capacity=capacity.min_capacity,
+            max_capacity=capacity.max_capacity,
+            desired_capacity=capacity.desired_capacity,
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=boot
             ),
-            default_instance_warmup=Duration.seconds(fleet.model_load_s),
+            default_instance_warmup=warmup,
             signals=autoscaling.Signals.wait_for_min_capacity(timeout=boot),
             update_policy=autoscaling.UpdatePolicy.rolling_update(
-                max_batch_size=1,
-                min_instances_in_service=fleet.min_capacity,
+                max_batch_size=capacity.rolling_batch,
+                min_instances_in_service=capacity.min_capacity,
                 pause_time=boot,
                 wait_on_resource_signals=True,
             ),
@@ -197,7 +207,7 @@ class ServingFleet(Construct):
         )
         asg.node.default_child.override_logical_id(GROUP_LOGICAL_ID)  # type: ignore[union-attr]
         asg.node.add_dependency(self.release_parameter)  # updated before the rolling update starts
-        if fleet.spot:
+        if spot:
             acknowledge(
                 asg,
                 "AwsSolutions-EC26",
@@ -228,9 +238,10 @@ class ServingFleet(Construct):
             ),
             # Scale-in, rolling updates, capacity rebalancing and a return to the warm pool all pass this hook: the
             # hop sees autoscaling/target-lifecycle-state change in IMDS, answers new requests 503 + Retry-After,
-            # records a heartbeat while its streams run and completes CONTINUE when they are done or at
-            # fleet.drain_deadline_s. The ALB deregisters the instance first (deregistration delay: the backstop); a
-            # terminating instance waits in Terminating:Wait, one going back to the warm pool in Warmed:Pending:Wait
+            # records a heartbeat while its streams run and completes CONTINUE when they are done or at the drain
+            # deadline (InstanceSpec.drain_deadline_s). The ALB deregisters the instance first (deregistration delay:
+            # the backstop); a terminating instance waits in Terminating:Wait, one going back to the warm pool in
+            # Warmed:Pending:Wait
             # (EC2 Auto Scaling User Guide, "How lifecycle hooks work" and "Use lifecycle hooks with a warm pool",
             # docs.amazonaws.cn).
             autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
@@ -309,8 +320,8 @@ class ServingFleet(Construct):
             findings=[
                 f"Resource::{arn_of(cache.bucket)}/{cache.prefix}*",
                 "Resource::*",
-                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:<AWS::AccountId>:autoScalingGroup:*:"
-                f"autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
+                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:{account_in_finding(stack)}:"
+                f"autoScalingGroup:*:autoScalingGroupName/{stack.stack_name}-{GROUP_LOGICAL_ID}-*",
             ],
         )
 
@@ -318,16 +329,16 @@ class ServingFleet(Construct):
 def _check(*, port: int, root_volume_gib: int, boot_budget_s: int, image_tag: str) -> None:
     """The fleet's props, refused before anything is built, with what to change."""
     if not 1 <= port <= 65535:
-        raise ProfileError(f"ServingFleet: port {port} is not a TCP port; set the profile's server port to 1-65535")
+        raise PropsError(f"ServingFleet: port {port} is not a TCP port; set the profile's server port to 1-65535")
     if not 1 <= root_volume_gib <= GP3_MAX_GIB:
-        raise ProfileError(
+        raise PropsError(
             f"ServingFleet: a {root_volume_gib} GiB root volume is outside gp3's 1-{GP3_MAX_GIB} GiB; "
             "lower the model size or the fleet's image_headroom_gib"
         )
     if boot_budget_s <= 0:
-        raise ProfileError(f"ServingFleet: boot budget {boot_budget_s} s must be positive (the profile's boot plan)")
+        raise PropsError(f"ServingFleet: boot budget {boot_budget_s} s must be positive (the profile's boot plan)")
     if not image_tag or Token.is_unresolved(image_tag):
-        raise ProfileError(
+        raise PropsError(
             f"ServingFleet: image tag {image_tag!r} is not a plain tag; pass ImageBuild.image_tag (the release id "
             "hashes it)"
         )

@@ -33,7 +33,6 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.hardware import Architecture
 from gguf_serve.catalog.images import (
     APP_DOCKERFILE,
@@ -49,9 +48,10 @@ from gguf_serve.catalog.images import (
     stage_compute,
 )
 from stacks import lambda_runtimes
+from stacks.errors import PropsError
 from stacks.image_checks import check_build_args, check_debian_mirrors, foreign_ecr_repositories
 from stacks.image_inputs import CONTEXT_EXCLUDE, IMAGE_CODE, ROOT, app_files, app_key, base_key
-from stacks.nag import acknowledge, arn_of
+from stacks.nag import account_in_finding, acknowledge, arn_of
 from stacks.staged_sources import check_staged_sources, default_sources_dir, pinned_sources
 
 # The image's inputs, for the scripts and image tests that read them from here (scripts/gpu-check.sh, tests/images).
@@ -103,7 +103,7 @@ class ImageBuild(Construct):
             gguf_serve.catalog.images.DEFAULT_DEBIAN_MIRRORS.
         """
         if arm64_builder not in ARM64_BUILDERS:
-            raise ProfileError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
+            raise PropsError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
         mirrors = check_debian_mirrors(debian_mirrors)
         args = check_build_args(target, build_args or {})
         super().__init__(scope, construct_id)
@@ -246,7 +246,7 @@ class ImageBuild(Construct):
         )
         stack = Stack.of(self)
         project_id = stack.get_logical_id(project.node.default_child)  # type: ignore[arg-type]
-        region = stack.region
+        region, account = stack.region, account_in_finding(stack)
         acknowledge(
             project,
             "AwsSolutions-IAM5",
@@ -259,9 +259,8 @@ class ImageBuild(Construct):
                 "Action::kms:GenerateDataKey*",
                 "Action::kms:ReEncrypt*",
                 "Resource::*",
-                f"Resource::arn:{stack.partition}:logs:{region}:<AWS::AccountId>:log-group:/aws/codebuild/"
-                f"<{project_id}>:*",
-                f"Resource::arn:{stack.partition}:codebuild:{region}:<AWS::AccountId>:report-group/<{project_id}>-*",
+                f"Resource::arn:{stack.partition}:logs:{region}:{account}:log-group:/aws/codebuild/<{project_id}>:*",
+                f"Resource::arn:{stack.partition}:codebuild:{region}:{account}:report-group/<{project_id}>-*",
             ],
         )
 

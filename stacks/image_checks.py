@@ -8,8 +8,8 @@ import re
 from aws_cdk import Stack
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.images import APP_DOCKERFILE, DEFAULT_DEBIAN_MIRRORS, ImageTarget
+from stacks.errors import PropsError
 from stacks.image_inputs import declared_build_args
 
 # Build arguments the build script sets itself, never a user.
@@ -28,31 +28,31 @@ def check_build_args(target: ImageTarget, build_args: dict[str, str]) -> dict[st
     for name, value in build_args.items():
         where = f"imageBuildArgs {name}={value!r}"
         if not _ARG_NAME.match(name):
-            raise ProfileError(f"{where}: a build argument name is upper case letters, digits and _")
+            raise PropsError(f"{where}: a build argument name is upper case letters, digits and _")
         if name not in known:
-            raise ProfileError(
+            raise PropsError(
                 f"{where}: docker/{target.dockerfile} and docker/{APP_DOCKERFILE} declare no {name}; "
                 f"use one of {', '.join(sorted(known))}"
             )
         if not value or not value.isascii() or not _ARG_VALUE.match(value):
-            raise ProfileError(
+            raise PropsError(
                 f"{where}: a value must be non-empty printable ASCII without spaces, quotes, backslash, $ or `; "
                 "URLs and image references need none of them"
             )
         if name.endswith("_IMAGE") and not _IMAGE_REF.match(value):
-            raise ProfileError(f"{where}: write an image reference, e.g. <registry>/<repository>:<tag>@sha256:<digest>")
+            raise PropsError(f"{where}: write an image reference, e.g. <registry>/<repository>:<tag>@sha256:<digest>")
         if name.endswith("_URL") and not value.startswith("https://"):
-            raise ProfileError(f"{where}: use an https:// URL")
+            raise PropsError(f"{where}: use an https:// URL")
     return dict(build_args)
 
 
 def check_debian_mirrors(urls: tuple[str, ...]) -> tuple[str, ...]:
     """Mirror URLs the build script can pass to debootstrap one word each; http is fine (signatures are checked)."""
     if not urls:
-        raise ProfileError(f"debianMirrors is empty: list at least one, e.g. {DEFAULT_DEBIAN_MIRRORS[0]}")
+        raise PropsError(f"debianMirrors is empty: list at least one, e.g. {DEFAULT_DEBIAN_MIRRORS[0]}")
     for url in urls:
         if not _MIRROR.match(url):
-            raise ProfileError(
+            raise PropsError(
                 f"debianMirrors {url!r}: write the mirror's Debian archive URL, e.g. {DEFAULT_DEBIAN_MIRRORS[0]} or "
                 "http://deb.debian.org/debian (http or https, no spaces or quotes)"
             )

@@ -10,8 +10,9 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from constructs import Construct
 
-from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.fleet import AlarmSettings
 from gguf_serve.container.metrics import names
+from stacks.errors import PropsError
 from stacks.scaling import group_metric, group_size
 
 FIVE_MIN = Duration.minutes(5)
@@ -29,7 +30,9 @@ class ServiceMonitoring(Construct):
         construct_id: str,
         *,
         name: str,
-        fleet: FleetSettings,
+        alarms: AlarmSettings,
+        sleeps: bool = False,
+        drain_deadline_s: int,
         has_gpu: bool,
         mtp: bool,
         asg: autoscaling.IAutoScalingGroup,
@@ -39,17 +42,20 @@ class ServiceMonitoring(Construct):
     ) -> None:
         """
         name: the stack's name, which starts every alarm description and names the dashboard (`<name>-llama`).
-        fleet: the backlog alarm's threshold (deferred_alarm) and the drain deadline the cut-streams alarm cites.
+        alarms: the backlog alarm's threshold (deferred_alarm).
+        sleeps: the group is at zero at times (off hours, min capacity 0): no healthy host alarms only while
+            instances are in service; default False.
+        drain_deadline_s: the longest a leaving instance serves its streams; the cut-streams alarm cites it.
         has_gpu: the GPU's TTFT threshold and GPU widgets; mtp: the draft-acceptance widget.
         asg, alb, target_group: whose metrics are watched.
         wake_answers: requests the wake door answered (stacks/wake_door.py), graphed with the wake-ups.
         """
         if not name:
-            raise ValueError("ServiceMonitoring: name is empty; pass the stack's name")
+            raise PropsError("ServiceMonitoring: name is empty; pass the stack's name")
         super().__init__(scope, construct_id)
         tg = target_group.metrics
         healthy: _Metric = tg.healthy_host_count(period=Duration.minutes(1), statistic="Minimum")
-        if fleet.sleeps:
+        if sleeps:
             # A group that sleeps has no healthy host by design: alarm only when instances are in service (past
             # their launch hook, so /health was 200) and none passes the load balancer's checks.
             healthy = cloudwatch.MathExpression(
@@ -71,8 +77,8 @@ class ServiceMonitoring(Construct):
         # breaching).
         cut = group_metric(asg, names.DRAIN_STREAMS_CUT, "Sum").with_(period=FIVE_MIN)
         self._alarms(
-            name=name, fleet=fleet, has_gpu=has_gpu, asg=asg, healthy=healthy, error_rate=error_rate,
-            deferred=deferred, cut=cut,
+            name=name, alarms=alarms, drain_deadline_s=drain_deadline_s, has_gpu=has_gpu, asg=asg, healthy=healthy,
+            error_rate=error_rate, deferred=deferred, cut=cut,
         )  # fmt: skip
         self._dashboard(
             name=name, mtp=mtp, has_gpu=has_gpu, asg=asg, alb=alb, tg=tg, healthy=healthy, errors_5xx=errors_5xx,
@@ -80,7 +86,8 @@ class ServiceMonitoring(Construct):
         )  # fmt: skip
 
     def _alarms(
-        self, *, name: str, fleet: FleetSettings, has_gpu: bool, asg: autoscaling.IAutoScalingGroup,
+        self, *, name: str, alarms: AlarmSettings, drain_deadline_s: int, has_gpu: bool,
+        asg: autoscaling.IAutoScalingGroup,
         healthy: _Metric, error_rate: _Metric, deferred: _Metric, cut: _Metric,
     ) -> None:  # fmt: skip
         """No healthy host, 5xx rate, backlog, cut streams, slow first tokens."""
@@ -104,7 +111,7 @@ class ServiceMonitoring(Construct):
         self.backlog = deferred.with_(period=FIVE_MIN).create_alarm(
             self,
             "DeferredBacklog",
-            threshold=fleet.deferred_alarm,
+            threshold=alarms.deferred_alarm,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             evaluation_periods=1,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -120,7 +127,7 @@ class ServiceMonitoring(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=(
                 f"{name}: streams were still running when an instance left (a Spot interruption, or "
-                f"a drain past its {fleet.drain_deadline_s} s deadline); clients saw a cut answer"
+                f"a drain past its {drain_deadline_s} s deadline); clients saw a cut answer"
             ),
         )
 

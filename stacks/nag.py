@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, CfnElement, Stack, Validations
+from aws_cdk import Acknowledgment, CfnElement, Stack, Token, Validations
 from constructs import IConstruct
 
 
@@ -17,3 +17,10 @@ def arn_of(construct: IConstruct) -> str:
     element = construct.node.default_child or construct
     assert isinstance(element, CfnElement)
     return f"<{Stack.of(construct).get_logical_id(element)}.Arn>"
+
+
+def account_in_finding(scope: IConstruct) -> str:
+    """The account as cdk-nag prints it in an ARN of a finding: the stack's own when the deploy names one
+    (-c account), else the pseudo parameter."""
+    account = Stack.of(scope).account
+    return "<AWS::AccountId>" if Token.is_unresolved(account) else account

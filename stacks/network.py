@@ -9,7 +9,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.fleet import NetworkSettings
+from stacks.errors import PropsError
 
 _INTERFACE_ENDPOINTS = {
     "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
@@ -26,13 +27,10 @@ _INTERFACE_ENDPOINTS = {
 class ServingNetwork(Construct):
     """Public subnets hold only the NAT gateway; instances and the internal ALB live in private subnets."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, cidr: str, max_azs: int, nat_gateways: int) -> None:
-        """
-        cidr: the VPC's IPv4 range (fleet.vpc_cidr), a /16 to /24 (catalog limits); default profiles use a /16.
-        max_azs: zones to spread over (fleet.max_azs), 1-6.
-        nat_gateways: NAT gateways for the model download at boot (fleet.nat_gateways), 0 to max_azs.
-        """
-        check_network_props(cidr, max_azs, nat_gateways)
+    def __init__(self, scope: Construct, construct_id: str, *, settings: NetworkSettings) -> None:
+        """settings: the VPC's range, zones and NAT gateways (a profile's [fleet] vpc_cidr, max_azs, nat_gateways)."""
+        cidr = settings.vpc_cidr
+        check_network_props(cidr, settings.max_azs, settings.nat_gateways)
         super().__init__(scope, construct_id)
         flow_log_group = logs.LogGroup(
             self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
@@ -41,8 +39,8 @@ class ServingNetwork(Construct):
             self,
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(cidr),
-            max_azs=max_azs,
-            nat_gateways=nat_gateways,
+            max_azs=settings.max_azs,
+            nat_gateways=settings.nat_gateways,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
                 ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20),
@@ -62,10 +60,10 @@ def check_network_props(cidr: str, max_azs: int, nat_gateways: int) -> None:
     try:
         network = ipaddress.IPv4Network(cidr)
     except ValueError:
-        raise ProfileError(f"network: vpc_cidr {cidr!r} is not an IPv4 network; write e.g. 10.40.0.0/16") from None
+        raise PropsError(f"network: vpc_cidr {cidr!r} is not an IPv4 network; write e.g. 10.40.0.0/16") from None
     if not 16 <= network.prefixlen <= 24:
-        raise ProfileError(f"network: vpc_cidr {cidr} is a /{network.prefixlen}; use a /16 to /24 (fleet.vpc_cidr)")
+        raise PropsError(f"network: vpc_cidr {cidr} is a /{network.prefixlen}; use a /16 to /24 (fleet.vpc_cidr)")
     if not 1 <= max_azs <= 6:
-        raise ProfileError(f"network: max_azs {max_azs} must be 1-6 (fleet.max_azs)")
+        raise PropsError(f"network: max_azs {max_azs} must be 1-6 (fleet.max_azs)")
     if not 0 <= nat_gateways <= max_azs:
-        raise ProfileError(f"network: nat_gateways {nat_gateways} must be 0 to max_azs ({max_azs}); fleet.nat_gateways")
+        raise PropsError(f"network: nat_gateways {nat_gateways} must be 0 to max_azs ({max_azs}); fleet.nat_gateways")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gguf_serve.catalog import ProfileError
 from gguf_serve.catalog.images import ARM64_BUILDERS, DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
+from gguf_serve.errors import InputError
 
 DEPLOY_CONFIG = Path(__file__).resolve().parent.parent / "deploy.toml"
 
@@ -50,7 +50,7 @@ OPTION_NAMES = (
 )
 
 
-class DeployOptionError(ProfileError):
+class DeployOptionError(InputError):
     """A deploy option that cannot work; the message names the option and what to write instead."""
 
 

@@ -11,8 +11,9 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from constructs import Construct
 
-from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.fleet import Capacity, ScalingSettings
 from gguf_serve.container.metrics import names
+from stacks.errors import PropsError
 
 
 def group_metric(asg: autoscaling.IAutoScalingGroup, metric_name: str, statistic: str) -> cloudwatch.Metric:
@@ -87,7 +88,7 @@ _AGGREGATION = {  # what scale_on_metric derives from the metric's statistic
 }
 
 
-def wake_on_request(
+def wake_on_request_policy(
     asg: autoscaling.AutoScalingGroup, *, no_target_503: cloudwatch.IMetric, warmup: Duration
 ) -> autoscaling.StepScalingAction:
     """The wake door's backstop (stacks/wake_door.py): a group at zero goes to one instance when the ALB answered
@@ -135,17 +136,34 @@ class FleetScaling(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        fleet: FleetSettings,
+        capacity: Capacity,
+        settings: ScalingSettings,
+        warmup_s: int,
+        off_hours: tuple[int, int] | None = None,
+        wake_on_request: bool = False,
         asg: autoscaling.AutoScalingGroup,
         no_target_503: cloudwatch.IMetric | None = None,
     ) -> None:
-        """`no_target_503`: the ALB's own 503s (HTTPCode_ELB_503_Count, Sum), which wake a group at zero."""
+        """
+        capacity: the group's minimum (back at work hours), maximum (left while asleep with wake_on_request) and
+            warm pool size (0: none).
+        settings: the busy-slot target and the queue and shed thresholds that add instances.
+        warmup_s: seconds a new instance's metrics stay out of the policies (the profile's model_load_s).
+        off_hours: (stop, start) hours, weekdays, Asia/Shanghai: scale to zero in between (-c offHours); default
+            None, always on.
+        wake_on_request: a group at zero scales to one on the ALB's 503s (-c wakeOnRequest); default False.
+        asg: the group scaled.
+        no_target_503: the ALB's own 503s (HTTPCode_ELB_503_Count, Sum), which wake a group at zero; needed with
+            wake_on_request.
+        """
+        if wake_on_request and no_target_503 is None:
+            raise PropsError("FleetScaling: wake_on_request needs the load balancer's HTTPCode_ELB_503_Count")
         super().__init__(scope, construct_id)
-        warmup = Duration.seconds(fleet.model_load_s)
+        warmup = Duration.seconds(warmup_s)
         self.busy_slots = asg.scale_to_track_metric(
             "BusySlots",
             metric=group_metric(asg, names.SLOTS_BUSY_RATIO, "Average"),
-            target_value=fleet.target_busy_slot_ratio * 100,
+            target_value=settings.target_busy_slot_ratio * 100,
             disable_scale_in=False,
             estimated_instance_warmup=warmup,
         )
@@ -154,7 +172,7 @@ class FleetScaling(Construct):
             asg,
             "DeferredRequests",
             metric=group_metric(asg, names.REQUESTS_DEFERRED, "Maximum"),
-            steps=[(fleet.deferred_scale_out, 1), (fleet.deferred_scale_out * 4, 2)],
+            steps=[(settings.deferred_scale_out, 1), (settings.deferred_scale_out * 4, 2)],
             evaluation_periods=2,
             warmup=warmup,
         )
@@ -164,34 +182,32 @@ class FleetScaling(Construct):
             asg,
             "ShedRequests",
             metric=group_metric(asg, names.REQUESTS_SHED, "Sum"),
-            steps=[(1, 1), (fleet.shed_scale_out_many, 2)],
+            steps=[(1, 1), (settings.shed_scale_out_many, 2)],
             evaluation_periods=1,
             warmup=warmup,
         )
-        if fleet.off_hours is not None:
-            stop, start = fleet.off_hours
-            for name, hour, low in (("OffHours", stop, 0), ("WorkHours", start, fleet.min_capacity)):
+        if off_hours is not None:
+            stop, start = off_hours
+            for name, hour, low in (("OffHours", stop, 0), ("WorkHours", start, capacity.min_capacity)):
                 # Off hours hold the group at zero (max 0); with wake_on_request they only bring it to zero
                 # (desired 0) and leave the maximum, so that a request can scale it out again.
-                asleep = low == 0 and not fleet.wake_on_request
+                asleep = low == 0 and not wake_on_request
                 asg.scale_on_schedule(
                     name,
                     schedule=autoscaling.Schedule.cron(minute="0", hour=str(hour), week_day="MON-FRI"),
                     time_zone="Asia/Shanghai",
                     min_capacity=low,
-                    max_capacity=0 if asleep else fleet.max_capacity,
-                    desired_capacity=0 if low == 0 and fleet.wake_on_request else None,
+                    max_capacity=0 if asleep else capacity.max_capacity,
+                    desired_capacity=0 if low == 0 and wake_on_request else None,
                 )
-        if fleet.wake_on_request:
-            if no_target_503 is None:
-                raise ValueError("wake_on_request needs the load balancer's HTTPCode_ELB_503_Count")
-            self.wake = wake_on_request(asg, no_target_503=no_target_503, warmup=warmup)
-        if fleet.warm_pool_size:
+        if wake_on_request:
+            self.wake = wake_on_request_policy(asg, no_target_503=no_target_503, warmup=warmup)  # type: ignore[arg-type]
+        if capacity.warm_pool_size:
             # The lifecycle hooks are part of the group (stacks/fleet.py), so a warm instance is held by the launch
             # hook from its first boot: it waits in Warmed:Pending:Wait until the ready unit completes it, rather
             # than being stopped as soon as it has launched (User Guide, "Use lifecycle hooks with a warm pool").
             self.warm_pool = asg.add_warm_pool(
-                min_size=fleet.warm_pool_size,
+                min_size=capacity.warm_pool_size,
                 pool_state=autoscaling.PoolState.STOPPED,  # Hibernated is not available in China
                 reuse_on_scale_in=True,
             )

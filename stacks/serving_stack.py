@@ -8,12 +8,11 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gguf_serve.catalog import ServingProfile
-from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from gguf_serve.container.metrics import names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements
+from stacks.errors import PropsError
 from stacks.fleet import ServingFleet
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
@@ -21,6 +20,7 @@ from stacks.model_cache import ModelCache
 from stacks.monitoring import ServiceMonitoring
 from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
+from stacks.plan import ServicePlan
 from stacks.scaling import FleetScaling
 from stacks.wake_door import WakeDoor
 from userdata import DeploySettings, InstanceSpec
@@ -29,85 +29,72 @@ from userdata import DeploySettings, InstanceSpec
 class ServingStack(Stack):
     """One profile's service: it composes the constructs and wires them (grants, dependencies, outputs)."""
 
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        profile: ServingProfile,
-        availability_zones: list[str],
-        certificate_arn: str | None = None,
-        image_build_args: dict[str, str] | None = None,
-        arm64_builder: str = DEFAULT_ARM64_BUILDER,
-        debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
-        **kwargs,
-    ) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, plan: ServicePlan, **kwargs) -> None:
+        """plan: the stack as it deploys (stacks/plan.py): its profile, and the deploy options resolved against it."""
+        profile = plan.profile
+        if profile is None:
+            raise PropsError(f"ServingStack {construct_id}: its model has no lock entry; build an empty stack instead")
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
-        self._azs = availability_zones
+        self._azs = list(plan.zones)
         self._acknowledge()
-        f = profile.fleet
-        network = ServingNetwork(self, "Network", cidr=f.vpc_cidr, max_azs=f.max_azs, nat_gateways=f.nat_gateways)
+        f, options = profile.fleet, plan.options
+        network = ServingNetwork(self, "Network", settings=f.network)
         access_logs = AccessLogs(self, "AccessLogs")
         cache = ModelCache(self, "ModelCache", access_logs=access_logs.bucket)
         api_key = ApiKey(self, "ApiKey")
         image = ImageBuild(
-            self,
-            "Image",
-            target=profile.image,
-            build_args=image_build_args,
-            arm64_builder=arm64_builder,
-            debian_mirrors=debian_mirrors,
-        )
+            self, "Image", target=profile.image, build_args=options.image_build_args,
+            arm64_builder=options.arm64_builder, debian_mirrors=options.debian_mirrors,
+        )  # fmt: skip
         log_group = logs.LogGroup(
             self, "ServerLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
         fleet = ServingFleet(
-            self, "Fleet", hardware=profile.hardware, fleet=f, instance=InstanceSpec.of(profile),
-            deploy=self._deploy(image, api_key, cache, log_group), image_tag=image.image_tag,
-            root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s, vpc=network.vpc,
+            self, "Fleet", hardware=profile.hardware, capacity=plan.capacity, volume=f.volume, spot=plan.spot,
+            instance=InstanceSpec.of(profile), deploy=self._deploy(image, api_key, cache, log_group),
+            image_tag=image.image_tag, root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s,
+            vpc=network.vpc,
         )  # fmt: skip
         fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
         fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)
         lb = InferenceLoadBalancer(
-            self,
-            "LoadBalancer",
-            vpc=network.vpc,
-            vpc_cidr=f.vpc_cidr,
-            access_logs=access_logs.bucket,
-            targets=[fleet.asg],
-            target_port=fleet.port,
-            idle_timeout_s=f.alb_idle_timeout_s,
-            deregistration_delay_s=f.deregistration_delay_s,
-            allowed_cidrs=f.allowed_cidrs,
-            certificate_arn=certificate_arn,
-        )
+            self, "LoadBalancer", vpc=network.vpc, vpc_cidr=f.network.vpc_cidr, access_logs=access_logs.bucket,
+            targets=[fleet.asg], target_port=fleet.port, settings=f.load_balancer,
+            allowed_cidrs=options.allowed_cidrs, certificate_arn=options.certificate_arn,
+        )  # fmt: skip
         self.target_group = lb.target_group
-        self._scale_and_watch(profile, fleet, lb, api_key)
-        self.profile, self.fleet, self.load_balancer, self.api_key = profile, fleet, lb, api_key
+        self._scale_and_watch(plan, fleet, lb, api_key)
+        self.fleet, self.load_balancer, self.api_key = fleet, lb, api_key
         self._outputs(lb, api_key)
 
     def _scale_and_watch(
-        self, profile: ServingProfile, fleet: ServingFleet, lb: InferenceLoadBalancer, api_key: ApiKey
+        self, plan: ServicePlan, fleet: ServingFleet, lb: InferenceLoadBalancer, api_key: ApiKey
     ) -> None:
         """Scaling on the fleet's own signals, the wake door of a group that sleeps (with the ALB's 503s as the
         backstop), and the dashboard/alarms."""
+        f, options = plan.fleet, plan.options
         no_target_503 = lb.alb.metrics.http_code_elb(
             elbv2.HttpCodeElb.ELB_503_COUNT, period=Duration.minutes(1), statistic="Sum"
         )
         # Scaling policies, their alarms, scheduled actions and the warm pool act on the group: they follow it. What
         # only watches or wakes it names it (a fixed name, no reference), so CloudFormation creates it in the first
         # minutes beside the load balancer, and a refusal of any of it comes before the image build and the boot.
-        self.scaling = FleetScaling(self, "Scaling", fleet=profile.fleet, asg=fleet.asg, no_target_503=no_target_503)
+        self.scaling = FleetScaling(
+            self, "Scaling", capacity=plan.capacity, settings=f.scaling, warmup_s=f.boot.model_load_s,
+            off_hours=options.off_hours, wake_on_request=options.wake_on_request, asg=fleet.asg,
+            no_target_503=no_target_503,
+        )  # fmt: skip
         named = autoscaling.AutoScalingGroup.from_auto_scaling_group_name(self, "GroupByName", fleet.group_name)
         self.wake_door = None
-        if profile.fleet.wake_on_request:
+        if options.wake_on_request:
             self.wake_door = WakeDoor(
-                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=named, wake_s=profile.wake_s,
+                self, "WakeDoor", listener=lb.listener, servers=lb.target_group, asg=named, wake_s=plan.wake_s,
                 api_key=api_key.secret,
             )  # fmt: skip
         self.monitoring = ServiceMonitoring(
-            self, "Monitoring", name=self.stack_name, fleet=profile.fleet, has_gpu=profile.hardware.has_gpu,
-            mtp=profile.mtp, asg=named, alb=lb.alb, target_group=lb.target_group,
+            self, "Monitoring", name=self.stack_name, alarms=f.alarms, sleeps=plan.sleeps,
+            drain_deadline_s=fleet.drain_deadline_s, has_gpu=plan.hardware.has_gpu, mtp=plan.profile.mtp,
+            asg=named, alb=lb.alb, target_group=lb.target_group,
             wake_answers=self.wake_door.answered if self.wake_door else None,
         )  # fmt: skip
 

@@ -30,10 +30,10 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.container.names import PRODUCT
 from stacks import lambda_runtimes
-from stacks.nag import acknowledge
+from stacks.errors import PropsError
+from stacks.nag import account_in_finding, acknowledge
 
 HANDLER = Path(__file__).parent / "handlers" / "wake_door.py"
 WOKEN_TAG = f"{PRODUCT}:woken-at"
@@ -68,7 +68,7 @@ class WakeDoor(Construct):
         api_key: the secret llama-server's key is in: only a request with it wakes the group.
         """
         if not 1 <= wake_s <= MAX_RETRY_AFTER_S:
-            raise ProfileError(
+            raise PropsError(
                 f"WakeDoor: a wake-up of {wake_s} s is outside 1-{MAX_RETRY_AFTER_S} s; check the profile's boot "
                 "plan (gguf_serve/catalog/fleet.py) or leave wakeOnRequest off"
             )
@@ -168,8 +168,8 @@ class WakeDoor(Construct):
             "have no resource-level permissions.",
             findings=[
                 "Resource::*",
-                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:<AWS::AccountId>:autoScalingGroup:*:"
-                f"autoScalingGroupName/{group}",
+                f"Resource::arn:{stack.partition}:autoscaling:{stack.region}:{account_in_finding(stack)}:"
+                f"autoScalingGroup:*:autoScalingGroupName/{group}",
             ],
         )
         acknowledge(

@@ -17,7 +17,7 @@ from gguf_serve.local.hub import LocalScope
 
 ROOT = Path(__file__).resolve().parent.parent
 # The test tiers, one registered marker each (pyproject.toml); a test without one is `fast`.
-TIERS = ("e2e", "fresh", "images", "arm64", "cuda", "rehearsal")
+TIERS = ("e2e", "cli", "fresh", "images", "arm64", "cuda", "rehearsal")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects: the `fast` marker must be there when it does
@@ -28,6 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid} is in tiers {tiers}: a test belongs to one tier")
         if not tiers:
             item.add_marker(pytest.mark.fast)
+    # The few long tests (`slow`: CLI synths, the policy scanners) first, so that with -n 2 they run beside the
+    # many short ones instead of after them; otherwise the collection order (a stable sort).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def cdk_context() -> dict:
@@ -53,6 +56,14 @@ def _pinned_lock() -> Path:
     from tests.catalog.stand_in import stand_in_lock
 
     return stand_in_lock(Path(tempfile.mkdtemp(prefix="model-lock-")))
+
+
+@pytest.fixture(scope="session")
+def whole_apps(tmp_path_factory: pytest.TempPathFactory):
+    """The fast tier's three whole-app option sets (tests/whole_app.py), each synthesized once per session."""
+    from tests.whole_app import WholeApps, shared_folder
+
+    return WholeApps(shared_folder(tmp_path_factory), cdk_context)
 
 
 SMALL_REPO = "test/small-GGUF"

@@ -104,8 +104,8 @@ class InstanceSpec:
             port=profile.server.port,
             parallel=profile.server.parallel,
             gpu=profile.hardware.has_gpu,
-            model_load_s=profile.fleet.model_load_s,
-            drain_deadline_s=profile.fleet.drain_deadline_s,
+            model_load_s=profile.fleet.boot.model_load_s,
+            drain_deadline_s=profile.fleet.drain.deadline_s,
             runtime_json=profile.runtime_json(),
         )
 

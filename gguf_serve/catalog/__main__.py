@@ -15,6 +15,7 @@ from gguf_serve.catalog import model_facts
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, load_catalog
 from gguf_serve.catalog.profiles import deploy_refusal, memory_fit
+from gguf_serve.errors import InputError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(names))
             return 0
         return _check(args.profiles, args.lock_file)
-    except ProfileError as e:
+    except InputError as e:  # a profile or lock file that cannot work: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
 

@@ -98,10 +98,10 @@ def _whole_minutes(seconds: float) -> int:
 
 
 def plan_sagemaker(profile: ServingProfile, hosting: SageMakerHosting) -> SageMakerPlan:
-    f, size = profile.fleet, profile.model.size_bytes
-    startup = _whole_minutes(size / (VERIFY_MIB_S * MIB) + f.model_load_s)
-    download = _whole_minutes(size / (f.cache_read_mib_s * MIB))
-    staging = _whole_minutes(size / (f.planning_download_mib_s * MIB) + size / (f.cache_upload_mib_s * MIB))
+    f, boot, size = profile.fleet, profile.fleet.boot, profile.model.size_bytes
+    startup = _whole_minutes(size / (VERIFY_MIB_S * MIB) + boot.model_load_s)
+    download = _whole_minutes(size / (boot.cache_read_mib_s * MIB))
+    staging = _whole_minutes(size / (boot.planning_download_mib_s * MIB) + size / (boot.cache_upload_mib_s * MIB))
     low, high = TIMEOUT_RANGE_S
     for what, value in (("the startup health check", startup), ("the model download", download)):
         if value > high:
@@ -114,7 +114,7 @@ def plan_sagemaker(profile: ServingProfile, hosting: SageMakerHosting) -> SageMa
             f"{profile.stack_name}: staging {profile.model.name} may take {staging} s, more than a custom resource "
             f"can wait ({STAGING_BUDGET_S} s); raise fleet.planning_download_mib_s if your link is faster"
         )
-    volume = None if hosting.instance_storage else math.ceil(size / GIB) + f.image_headroom_gib
+    volume = None if hosting.instance_storage else math.ceil(size / GIB) + f.volume.image_headroom_gib
     if volume is not None and volume > MAX_VOLUME_GB:
         raise ProfileError(f"{profile.stack_name}: a {volume} GB volume is over SageMaker's {MAX_VOLUME_GB} GB")
     return SageMakerPlan(
@@ -123,8 +123,8 @@ def plan_sagemaker(profile: ServingProfile, hosting: SageMakerHosting) -> SageMa
         download_timeout_s=max(low, download),
         volume_gb=volume,
         staging_s=staging,
-        target_concurrency=round(profile.server.parallel * f.target_busy_slot_ratio, 2),
-        min_instances=max(1, f.min_capacity),  # a real-time variant without inference components keeps one
-        max_instances=max(1, f.max_capacity),
+        target_concurrency=round(profile.server.parallel * f.scaling.target_busy_slot_ratio, 2),
+        min_instances=max(1, f.capacity.min_capacity),  # a real-time variant without inference components keeps one
+        max_instances=max(1, f.capacity.max_capacity),
         inference_ami=hosting.inference_ami,
     )

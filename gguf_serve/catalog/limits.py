@@ -8,7 +8,16 @@ import math
 from typing import Any
 
 from gguf_serve.catalog.errors import ProfileError
-from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.fleet import (
+    AlarmSettings,
+    BootPlan,
+    Capacity,
+    DrainSettings,
+    LoadBalancerSettings,
+    NetworkSettings,
+    RootVolume,
+    ScalingSettings,
+)
 from gguf_serve.catalog.hardware import Hardware
 from gguf_serve.catalog.models import ModelArtifact
 from gguf_serve.catalog.names import HUB_SHAPES, REVISION
@@ -43,15 +52,19 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "queue_per_slot": (0, MAX_QUEUE_PER_SLOT, "waiting requests per slot"),  # the hop's admission control
     },
     Speculative: {"draft_n_max": (1, 8, "draft tokens")},  # the report: acceptance falls above 2
-    FleetSettings: {
+    Capacity: {
         "min_capacity": (0, 100, "instances"),
         "max_capacity": (1, 100, "instances"),  # more is a quota request and a capacity plan, not a profile edit
         "desired_capacity": (0, 100, "instances"),
+        "warm_pool_size": (0, 100, "instances"),
+        "rolling_batch": (1, 100, "instances"),
+    },
+    RootVolume: {
         "volume_iops": (3000, 16000, "IOPS"),  # gp3
         "volume_throughput_mibps": (125, 1000, "MiB/s"),  # gp3
         "image_headroom_gib": (1, 1024, "GiB"),
-        "alb_idle_timeout_s": (1, 4000, "s"),  # ALB idle timeout
-        "deregistration_delay_s": (0, 3600, "s"),  # target group deregistration delay
+    },
+    BootPlan: {
         "package_install_s": (1, 7200, "s"),
         "image_pull_gib": (0.01, 100, "GiB"),
         "image_pull_mib_s": (0.1, 100_000, "MiB/s"),
@@ -60,15 +73,22 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "cache_read_mib_s": (0.1, 100_000, "MiB/s"),
         "model_load_s": (1, 7200, "s"),
         "instance_start_s": (1, 7200, "s"),
+    },
+    NetworkSettings: {
         "max_azs": (1, 6, "zones"),
         "nat_gateways": (0, 6, "NAT gateways"),
+    },
+    LoadBalancerSettings: {
+        "alb_idle_timeout_s": (1, 4000, "s"),  # ALB idle timeout
+        "deregistration_delay_s": (0, 3600, "s"),  # target group deregistration delay
+    },
+    ScalingSettings: {
         "target_busy_slot_ratio": (0.05, 1.0, "of the slots"),
         "deferred_scale_out": (1, 1000, "queued requests"),
         "shed_scale_out_many": (2, 100000, "requests answered 429 in a minute"),
-        "deferred_alarm": (1, 1000, "queued requests"),
-        "warm_pool_size": (0, 100, "instances"),
-        "rolling_batch": (1, 100, "instances"),
-        "off_hours": (0, 23, "hour of the day"),
+    },
+    AlarmSettings: {"deferred_alarm": (1, 1000, "queued requests")},
+    DrainSettings: {
         "longest_answer_tokens": (1, 262_144, "tokens"),
         "slowest_decode_tok_s": (0.1, 10_000, "tok/s"),
     },
@@ -95,10 +115,9 @@ def _ip(text: str) -> bool:
 FORMATS: dict[type, dict[str, tuple[Any, str]]] = {
     ServerSettings: {"host": (_ip, "an IP address to listen on, e.g. 0.0.0.0")},
     Speculative: {"spec_type": (lambda t: t == "draft-mtp", "'draft-mtp' (the model's own MTP head)")},
-    FleetSettings: {
+    NetworkSettings: {
         "vpc_cidr": (lambda t: _ipv4_network(t) and 16 <= ipaddress.IPv4Network(t).prefixlen <= 24,
                      "an IPv4 network from /16 to /24, e.g. 10.40.0.0/16"),
-        "allowed_cidrs": (_ipv4_network, "IPv4 networks, e.g. 10.8.0.0/16"),
     },
     ModelArtifact: {"repo": HUB_SHAPES["repo"], "file": HUB_SHAPES["file"], "revision": (REVISION.fullmatch,
                     "a branch, tag or commit of letters, digits, '.', '_', '-', '/'")},

@@ -28,7 +28,7 @@ from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.catalog.hardware import Architecture, Hardware
 from gguf_serve.catalog.hosting import SageMakerHosting
-from gguf_serve.catalog.images import IMAGE_TARGETS
+from gguf_serve.catalog.images import IMAGE_TARGETS, ImageTarget
 from gguf_serve.catalog.lockfile import LockedModel, read_lock
 from gguf_serve.catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
 from gguf_serve.catalog.models import ModelArtifact
@@ -53,6 +53,7 @@ class Catalog:
         default_factory=dict
     )  # profiles/workstation/*.toml; never stacks
     unlocked: dict[str, str] = field(default_factory=dict)  # skip_unlocked: profile file -> its model, not locked
+    unlocked_frames: dict[str, ProfileFrame] = field(default_factory=dict)  # skip_unlocked: stack -> its frame
     problems: dict[str, str] = field(default_factory=dict)  # tolerant: profile file or "model <name>" -> why not
     hosting: dict[str, SageMakerHosting] = field(default_factory=dict)  # profiles/sagemaker.toml, by EC2 type
 
@@ -88,10 +89,14 @@ def load_catalog(
     profiles = {}
     stacks: dict[str, Path] = {}
     unlocked: dict[str, str] = {}
+    frames: dict[str, ProfileFrame] = {}
     declared_models = _toml(root / "models.toml")
     for path in sorted((root / "serving").glob("*.toml")):
         if skip_unlocked and (model := _unlocked_model(path, declared_models, models, problems)):
             unlocked[str(path)] = model
+            frame = _tolerate(problems, path, lambda path=path: load_frame(path, hardware=hardware))
+            if frame is not None and frame.stack_name:
+                frames[frame.stack_name] = frame
             continue
         p = _tolerate(problems, path, lambda path=path: load_profile(path, hardware=hardware, models=models))
         if p is None:
@@ -108,7 +113,7 @@ def load_catalog(
             if w is not None:
                 workstation_profiles[path.stem] = w
     hosting = load_hosting(root / "sagemaker.toml", hardware) if (root / "sagemaker.toml").exists() else {}
-    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked,
+    return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked, frames,
                    problems or {}, hosting)  # fmt: skip
 
 
@@ -314,7 +319,19 @@ def _load_model(
 _PROFILE_KEYS = {"stack", "instance_type", "model", "image", "description", "server", "fleet"}
 
 
-def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
+@dataclass(frozen=True)
+class ProfileFrame:
+    """A serving profile file without its model: what its stack asks of an account, known before the model is
+    locked (the pre-flight plans an unlocked stack from it)."""
+
+    name: str
+    stack_name: str
+    hardware: Hardware
+    image: ImageTarget
+    fleet: FleetSettings
+
+
+def load_frame(path: Path, *, hardware: dict[str, Hardware]) -> ProfileFrame:
     doc = _toml(path)
     name = _profile_name(path)
     where = f"{path}"
@@ -326,12 +343,20 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
     if not isinstance(stack, str) or (stack and not (stack.isascii() and stack.isalnum() and stack[0].isalpha())):
         raise ProfileError(f"{where}: stack must be a CloudFormation stack name of letters and digits, got {stack!r}")
     hw = _pick(hardware, doc["instance_type"], "instance type", f"{where}: instance_type", "profiles/hardware.toml")
+    image = _pick(IMAGE_TARGETS, doc["image"], "image target", f"{where}: image", "gguf_serve/catalog/images.py")
+    fleet = load_fleet(doc.get("fleet", {}), f"{where}: fleet")
+    return ProfileFrame(name=name, stack_name=stack, hardware=hw, image=image, fleet=fleet)
+
+
+def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str, ModelArtifact]) -> ServingProfile:
+    frame = load_frame(path, hardware=hardware)
+    doc = _toml(path)
+    where = f"{path}"
     if doc["model"] not in models:
         raise ProfileError(
             f"{where}: model {doc['model']!r} is not locked: declare it in profiles/models.toml and run "
             f"`gguf-serve-catalog lock {doc['model']}` (locked: {', '.join(sorted(models)) or 'none'})"
         )
-    image = _pick(IMAGE_TARGETS, doc["image"], "image target", f"{where}: image", "gguf_serve/catalog/images.py")
     server_doc = dict(_table(doc.get("server", {}), f"{where}: server"))
     spec = server_doc.pop("speculative", None)
     if spec is not None:
@@ -339,26 +364,44 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
                                            f"{where}: server.speculative")  # fmt: skip
     if server_doc.get("gpu_layers") == "all":
         server_doc["gpu_layers"] = ALL_LAYERS
-    fleet_doc = dict(_table(doc.get("fleet", {}), f"{where}: fleet"))
-    for key in ("allowed_cidrs", "off_hours", "spot_instance_types"):
-        if isinstance(fleet_doc.get(key), list):
-            fleet_doc[key] = tuple(fleet_doc[key])
-    fleet = _build(FleetSettings, fleet_doc, f"{where}: fleet")
-    _check_fleet(fleet, f"{where}: fleet")
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
-    _check_spot_types(fleet, hw, hardware, models[doc["model"]], f"{where}: fleet.spot_instance_types")
+    where_types = f"{where}: fleet.spot_instance_types"
+    _check_spot_types(frame.fleet, frame.hardware, hardware, models[doc["model"]], where_types)
     return ServingProfile(
-        name=name,
-        stack_name=stack,
-        hardware=hw,
+        name=frame.name,
+        stack_name=frame.stack_name,
+        hardware=frame.hardware,
         model=models[doc["model"]],
         server=_build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"}),
-        image=image,
-        fleet=fleet,
+        image=frame.image,
+        fleet=frame.fleet,
         description=description,
     )
+
+
+# [fleet] keys that are deploy options: synth always took deploy.toml or -c for them, never the profile's value.
+_DEPLOY_OPTION_KEYS = {"spot": "spot", "off_hours": "offHours", "allowed_cidrs": "allowedCidrs",
+                       "wake_on_request": "wakeOnRequest"}  # fmt: skip
+
+
+def load_fleet(value: Any, where: str) -> FleetSettings:
+    """A profile's flat [fleet] table -> FleetSettings, each key checked in the part that holds it."""
+    table = _table(value, where)
+    for key, option in _DEPLOY_OPTION_KEYS.items():
+        if key in table:
+            raise ProfileError(f"{where}.{key}: a deploy option, the same for every stack of a deploy; remove it "
+                               f"here and set {option} in deploy.toml (or -c {option}=...)")  # fmt: skip
+    parts = {name: {f.name for f in fields(part)} for name, part in FleetSettings.parts().items()}
+    _only(table, set().union(*parts.values()), where)
+    table = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}  # spot_instance_types
+    fleet = FleetSettings(**{
+        name: _build(FleetSettings.parts()[name], {k: v for k, v in table.items() if k in keys}, where)
+        for name, keys in parts.items()
+    })  # fmt: skip
+    _check_fleet(fleet, where)
+    return fleet
 
 
 def _profile_name(path: Path) -> str:
@@ -372,24 +415,25 @@ def _profile_name(path: Path) -> str:
 
 def _check_fleet(f: FleetSettings, where: str) -> None:
     """Keys that bound each other; the message names the other key."""
+    c = f.capacity
     pairs = [
-        ("min_capacity", f.min_capacity, "max_capacity", f.max_capacity),
-        ("warm_pool_size", f.warm_pool_size, "max_capacity", f.max_capacity),
-        ("nat_gateways", f.nat_gateways, "max_azs", f.max_azs),
+        ("min_capacity", c.min_capacity, "max_capacity", c.max_capacity),
+        ("warm_pool_size", c.warm_pool_size, "max_capacity", c.max_capacity),
+        ("nat_gateways", f.network.nat_gateways, "max_azs", f.network.max_azs),
     ]
-    if f.desired_capacity is not None:
-        pairs.append(("desired_capacity", f.desired_capacity, "max_capacity", f.max_capacity))
+    if c.desired_capacity is not None:
+        pairs.append(("desired_capacity", c.desired_capacity, "max_capacity", c.max_capacity))
     for key, value, other, bound in pairs:
         if value > bound:
             raise ProfileError(f"{where}.{key}: {value} is more than {other} ({bound}); allowed: 0 to {other}")
-    if f.desired_capacity is not None and f.desired_capacity < f.min_capacity:
-        raise ProfileError(f"{where}.desired_capacity: {f.desired_capacity} is less than min_capacity "
-                           f"({f.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
+    if c.desired_capacity is not None and c.desired_capacity < c.min_capacity:
+        raise ProfileError(f"{where}.desired_capacity: {c.desired_capacity} is less than min_capacity "
+                           f"({c.min_capacity}); allowed: min_capacity to max_capacity")  # fmt: skip
 
 
 def _check_spot_types(f: FleetSettings, hw: Hardware, hardware: dict[str, Hardware], model: Any, where: str) -> None:
     """Each Spot alternative runs the same image and runtime spec as the profile's type, and holds its memory plan."""
-    for name in f.spot_instance_types:
+    for name in f.capacity.spot_instance_types:
         alt = _pick(hardware, name, "instance type", where, "profiles/hardware.toml")
         same = (alt.architecture, alt.vcpus, alt.physical_cores, alt.has_gpu)
         if same != (hw.architecture, hw.vcpus, hw.physical_cores, hw.has_gpu):

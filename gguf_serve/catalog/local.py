@@ -44,7 +44,7 @@ def local_profile(
         model=model,
         server=server,
         image=image,
-        fleet=FleetSettings(min_capacity=1, max_capacity=1),
+        fleet=FleetSettings().changed(min_capacity=1, max_capacity=1),
         description=f"{src.name} settings on this machine with {model.name}",
     )
 

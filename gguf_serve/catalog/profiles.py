@@ -51,11 +51,11 @@ class ServingProfile:
     def root_volume_gib(self) -> int:
         """The AMI's own snapshot, the model, and headroom for image layers and logs."""
         hw = self.hardware
-        return hw.ami_root_snapshot_gib + math.ceil(self.model.size_bytes / GIB) + self.fleet.image_headroom_gib
+        return hw.ami_root_snapshot_gib + math.ceil(self.model.size_bytes / GIB) + self.fleet.volume.image_headroom_gib
 
     def boot_plan_s(self) -> dict[str, float]:
         """Seconds per step of the worst first boot: packages, image pull, cold ModelScope download, S3 write-back."""
-        f, mib = self.fleet, 1024 * 1024
+        f, mib = self.fleet.boot, 1024 * 1024
         return {
             "packages": f.package_install_s,
             "image_pull": f.image_pull_gib * GIB / (f.image_pull_mib_s * mib),
@@ -69,15 +69,18 @@ class ServingProfile:
         """Worst-case seconds from launch to /health 200, rounded up to whole minutes."""
         return math.ceil(sum(self.boot_plan_s().values()) / 60) * 60
 
-    def wake_plan_s(self) -> dict[str, float]:
+    def wake_plan_s(self, *, warm_pool: bool | None = None) -> dict[str, float]:
         """Seconds per step of a wake-up from zero to /health 200: a warm-pool instance starts and reads the model
         from its own volume; without a warm pool (or on Spot, which has none) a new instance boots with the model in
-        the stack's S3 cache. The instance start is fleet.instance_start_s, not measured."""
-        f, mib = self.fleet, 1024 * 1024
-        if f.warm_pool_size and not f.spot:
+        the stack's S3 cache. `warm_pool`: whether the group has one (None: the profile's own, warm_pool_size > 0;
+        a stack's plan passes what its deploy options leave). The instance start is a planning figure, not measured."""
+        f, mib = self.fleet.boot, 1024 * 1024
+        if warm_pool is None:
+            warm_pool = self.fleet.capacity.warm_pool_size > 0
+        if warm_pool:
             return {
                 "instance_start": f.instance_start_s,
-                "model_read": self.model.size_bytes / (f.volume_throughput_mibps * mib),
+                "model_read": self.model.size_bytes / (self.fleet.volume.volume_throughput_mibps * mib),
                 "model_load": f.model_load_s,
             }
         return {
@@ -88,24 +91,18 @@ class ServingProfile:
             "model_load": f.model_load_s,
         }
 
+    def wake_up_s(self, *, warm_pool: bool | None = None) -> int:
+        """Expected seconds from a wake-up to /health 200 (the wake door's first Retry-After), whole seconds up."""
+        return math.ceil(sum(self.wake_plan_s(warm_pool=warm_pool).values()))
+
     @property
     def wake_s(self) -> int:
-        """Expected seconds from a wake-up to /health 200 (the wake door's first Retry-After), whole seconds up."""
-        return math.ceil(sum(self.wake_plan_s().values()))
+        """wake_up_s with the profile's own warm pool."""
+        return self.wake_up_s()
 
     def vcpu_plan(self) -> dict[str, int]:
-        """vCPUs running at once, against the account's On-Demand (or Spot) vCPU quota.
-
-        create: the first instance and the warm pool's instances boot together (warm-pool instances run their
-        user data, then stop); update: a rolling update adds `rolling_batch` instances beside those;
-        scale_out: every instance up to max_capacity, the warm pool refilling.
-        """
-        f, v = self.fleet, self.hardware.vcpus
-        return {
-            "create": (f.min_capacity + f.warm_pool_size) * v,
-            "update": (f.min_capacity + f.warm_pool_size + f.rolling_batch) * v,
-            "scale_out": (f.max_capacity + f.warm_pool_size) * v,
-        }
+        """vCPUs running at once with the profile's own group sizes (Capacity.vcpu_plan)."""
+        return self.fleet.capacity.vcpu_plan(self.hardware.vcpus)
 
     def memory_plan(self) -> dict[str, float]:
         """GiB needed where the weights live (host RAM or GPU memory); `cpu_experts` when n_cpu_moe keeps some
@@ -167,9 +164,10 @@ class ServingProfile:
 
 
 def _fleet_from_json(d: dict[str, Any]) -> FleetSettings:
-    off = d.get("off_hours")
-    lists = {k: tuple(d[k]) for k in ("allowed_cidrs", "spot_instance_types") if k in d}  # JSON arrays: tuples again
-    return FleetSettings(**{**d, **lists, "off_hours": tuple(off) if off else None})
+    def part(kind: type, values: dict[str, Any]) -> Any:  # JSON arrays (spot_instance_types): tuples again
+        return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+    return FleetSettings(**{name: part(kind, d[name]) for name, kind in FleetSettings.parts().items()})
 
 
 def build_profile(
@@ -245,21 +243,14 @@ def _validate(p: ServingProfile) -> None:
         )
     if s.threads is not None and not 1 <= s.threads <= hw.vcpus:
         raise ProfileError(f"{where}: threads={s.threads} but {hw.instance_type} has {hw.vcpus} vCPUs")
-    if p.fleet.spot and hw.has_gpu:
-        raise ProfileError(f"{where}: spot is for the CPU stacks; g5 Spot capacity in China is scarce, set spot=False")
-    if p.fleet.spot and p.fleet.warm_pool_size:
-        # PutWarmPool "cannot be called on an Auto Scaling group that has a mixed instances policy or a launch
-        # template or launch configuration that requests Spot Instances" (EC2 Auto Scaling API Reference).
-        raise ProfileError(f"{where}: a warm pool cannot hold Spot instances; set warm_pool_size=0 (warmPool=0)")
     if p.boot_budget_s > MAX_HOOK_HEARTBEAT_S:
         raise ProfileError(
             f"{where}: a cold boot may take {p.boot_budget_s} s ({_plan_text(p.boot_plan_s())}), more than a launch "
             f"lifecycle hook can wait ({MAX_HOOK_HEARTBEAT_S} s); pick a smaller model or raise the planning bandwidths"
         )
-    if p.fleet.off_hours is not None and not all(0 <= h <= 23 for h in p.fleet.off_hours):
-        raise ProfileError(f"{where}: off_hours must be two hours 0-23 (stop, start), e.g. (20, 8)")
-    if p.fleet.min_capacity > p.fleet.max_capacity:
-        raise ProfileError(f"{where}: min_capacity {p.fleet.min_capacity} > max_capacity {p.fleet.max_capacity}")
+    capacity = p.fleet.capacity
+    if capacity.min_capacity > capacity.max_capacity:
+        raise ProfileError(f"{where}: min_capacity {capacity.min_capacity} > max_capacity {capacity.max_capacity}")
     _check_memory(p)
 
 

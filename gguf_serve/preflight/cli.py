@@ -9,7 +9,7 @@ import sys
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gguf_serve.catalog import ProfileError
+from gguf_serve.errors import InputError
 from gguf_serve.preflight.checks import Result, Status, run_checks
 from gguf_serve.preflight.eks import eks_plan_from, run_eks_checks
 from gguf_serve.preflight.mirror_probe import ProbeBuild, probe_mirrors
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
     try:
         plan = deploy_plan(stacks_wanted or None, context=context) if stacks_wanted or not eks else None
         cluster = eks_plan_from(context) if eks else None
-    except ProfileError as bad:
+    except InputError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
     region = plan.region if plan else cluster.region  # type: ignore[union-attr]

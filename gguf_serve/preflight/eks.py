@@ -18,14 +18,14 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gguf_serve.catalog import ProfileError, ServingProfile
 from gguf_serve.preflight.checks import Clients, Result, Status, instance_offerings, vcpu_quotas
 from gguf_serve.preflight.plan import STANDARD_ON_DEMAND, DeployPlan, StackPlan, quota_code
-from stacks.app import MODEL_LOCK_CONTEXT, apply_options, cli_context, stack_profiles
+from stacks.app import MODEL_LOCK_CONTEXT, cli_context, stack_profiles
 from stacks.eks.cluster import KUBERNETES_MINOR, SYSTEM_INSTANCE_TYPE, SYSTEM_NODES
 from stacks.eks.stack import STACK_NAME
 from stacks.eks.workload import ServingWorkload
-from stacks.options import DEPLOY_CONFIG, load_options
+from stacks.options import DEPLOY_CONFIG, DeployOptionError, load_options
+from stacks.plan import ServicePlan, plan_eks
 
 BOTTLEROCKET = "/aws/service/bottlerocket/aws-k8s-{version}{variant}/{arch}/latest/image_id"
 SYSTEM_VCPUS = 2  # c6g.large
@@ -49,24 +49,22 @@ def eks_plan_from(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) ->
     ctx = {**cli_context(), **context}
     options = load_options(ctx, config_file)
     if not options.eks_profiles:
-        raise ProfileError(
+        raise DeployOptionError(
             f"{STACK_NAME} serves no profile: add -c eksProfiles=graviton-moe (or eksProfiles in deploy.toml)"
         )
     by_name = {p.name: p for p in stack_profiles(ctx.get(MODEL_LOCK_CONTEXT))}
-    unknown = [n for n in options.eks_profiles if n not in by_name]
-    if unknown:
-        raise ProfileError(
-            f"eksProfiles: no serving profile named {', '.join(unknown)}; use some of {', '.join(sorted(by_name))}"
-        )
-    zones = (ctx.get("pinned-availability-zones") or {}).get(options.region, [])
-    profiles = [apply_options(by_name[n], options) for n in options.eks_profiles]
-    return eks_plan(profiles, options.region, list(zones)[: profiles[0].fleet.max_azs])
+    zones = tuple((ctx.get("pinned-availability-zones") or {}).get(options.region, []))
+    services = plan_eks(by_name, options, zones)
+    return eks_plan(services, options.region, list(services[0].vpc_zones))
 
 
-def eks_plan(profiles: list[ServingProfile], region: str, zones: list[str]) -> EksPlan:
+def eks_plan(services: tuple[ServicePlan, ...], region: str, zones: list[str]) -> EksPlan:
+    """services: the cluster's profiles as deployed (stacks/plan.py: Spot, minCapacity applied)."""
     amis, plans = [], []
-    for p in profiles:
-        w, hw = ServingWorkload.of(p), p.hardware
+    for service in services:
+        p = service.profile
+        assert p is not None  # stack_profiles holds locked profiles only
+        w, hw = ServingWorkload.of(p, service.capacity), p.hardware
         arch = "aarch64" if hw.architecture.value == "arm64" else "x86_64"
         variant = "-nvidia" if hw.has_gpu else ""
         amis.append((p.name, BOTTLEROCKET.format(version=KUBERNETES_MINOR, variant=variant, arch=arch)))
@@ -76,7 +74,7 @@ def eks_plan(profiles: list[ServingProfile], region: str, zones: list[str]) -> E
             "scale_out": (w.max_replicas + 1) * hw.vcpus,
         }
         plans.append(
-            _nodes(f"{STACK_NAME}/{p.name}", hw.instance_type, zones, vcpus, quota_code(hw.has_gpu, p.fleet.spot))
+            _nodes(f"{STACK_NAME}/{p.name}", hw.instance_type, zones, vcpus, quota_code(hw.has_gpu, service.spot))
         )
     system = {phase: SYSTEM_NODES * SYSTEM_VCPUS for phase in ("create", "update", "scale_out")}
     plans.append(_nodes(f"{STACK_NAME}/system", SYSTEM_INSTANCE_TYPE, zones, system, STANDARD_ON_DEMAND))

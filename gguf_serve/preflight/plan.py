@@ -10,8 +10,9 @@ from typing import Any
 from gguf_serve.catalog.hosting import sagemaker_stack_name
 from gguf_serve.catalog.loader import PROFILES_DIR
 from gguf_serve.catalog.lookup import stack_models
-from stacks.app import build_app, cli_context
-from stacks.options import DEPLOY_CONFIG, load_options
+from stacks.app import build_app, cli_context, plan_app
+from stacks.options import DEPLOY_CONFIG
+from stacks.plan import ServicePlan
 from stacks.sagemaker.stack import SageMakerStack
 
 # Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
@@ -78,63 +79,63 @@ class DeployPlan:
 def deploy_plan(
     stack_names: list[str] | None = None, context: dict[str, Any] | None = None, config_file: Path = DEPLOY_CONFIG
 ) -> DeployPlan:
-    """The same app `cdk synth` builds (model lookups included), every wanted stack planned: one the CLI would
-    refuse is synthesized here without its error annotation, so what it needs of the account is checked too, and
-    its refusal is reported beside (in-process synthesis would fail the whole app on one annotated stack)."""
+    """The plan `cdk synth` builds from (model lookups included), every wanted stack in it: one the CLI would refuse
+    is planned and synthesized here without its error annotation, so what it needs of the account is checked too,
+    and its refusal is reported beside (in-process synthesis would fail the whole app on one annotated stack). The
+    instance, volume, zones and vCPUs come from the plan; what only the template says (CodeBuild images, endpoint
+    services, bootstrap version, functions) from the synthesized template."""
     ctx = {**cli_context(), **(context or {})}
-    options = load_options(ctx, config_file)
     stacks = stack_models(PROFILES_DIR)
     known = [*stacks, *(sagemaker_stack_name(n) for n in stacks)]  # a SageMaker twin is checked when named
     unknown = set(stack_names or ()) - set(known)
     if unknown:
         raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(known)}")
-    refusals: dict[str, str] = {}
-    app = build_app(ctx, config_file=config_file, stack_names=stack_names or list(stacks), refusals=refusals)
+    app_plan = plan_app(ctx, config_file=config_file, stack_names=stack_names or list(stacks))
+    app = build_app(ctx, plan=app_plan, annotate_refusals=False)
     assembly = app.synth()
-    plans = []
-    endpoints = []
-    unplanned = []
+    templates = {s.stack_name: s.template for s in assembly.stacks}
     images: dict[str, tuple[tuple[str, str, str], ...]] = {}  # image target -> its CodeBuild environments
-    for stack in app.node.children:
-        name = getattr(stack, "stack_name", None)
-        profile = getattr(stack, "profile", None)  # as deployed: deploy options applied
-        if name is None:
-            continue
-        if isinstance(stack, SageMakerStack):
-            endpoints.append(_endpoint_plan(stack, assembly.get_stack_by_name(name).template, options.region))
-            continue
-        if profile is None and name not in stacks:  # a SageMaker twin refused before it was built: in `refused`
-            continue
-        if profile is None:  # a model without any lock entry: no profile to plan a volume from
-            unplanned.append(name)
-            continue
-        template = assembly.get_stack_by_name(name).template
-        images[profile.image.name] = tuple(_build_images(template))
-        plans.append(
-            StackPlan(
-                stack_name=name,
-                instance_type=profile.hardware.instance_type,
-                architecture=profile.hardware.architecture.value,
-                ami_parameter=profile.hardware.ami_ssm_parameter,
-                root_volume_gib=profile.root_volume_gib,
-                zones=tuple(sorted(_zones(template))),
-                vcpus=profile.vcpu_plan(),
-                quota_code=quota_code(profile.hardware.has_gpu, profile.fleet.spot),
-                build_images=tuple(_build_images(template)),
-                endpoint_services=tuple(sorted(_endpoint_services(template, options.region))),
-                bootstrap_version=_bootstrap_version(template),
-                functions=tuple(_functions(template)),
-                network=_network(template),
-            )
+    for name, service in app_plan.services.items():
+        if service.profile is not None:
+            images[service.image.name] = tuple(_build_images(templates[name]))
+    region = app_plan.options.region
+    plans = [
+        StackPlan(
+            stack_name=name,
+            instance_type=service.hardware.instance_type,
+            architecture=service.hardware.architecture.value,
+            ami_parameter=service.hardware.ami_ssm_parameter,
+            root_volume_gib=service.root_volume_gib,
+            zones=tuple(sorted(service.vpc_zones)),
+            vcpus=service.vcpu_plan(),
+            quota_code=quota_code(service.hardware.has_gpu, service.spot),
+            build_images=images.get(service.image.name, ()),  # an unlocked stack: those of its image target
+            endpoint_services=tuple(sorted(_endpoint_services(templates[name], region))),
+            bootstrap_version=_bootstrap_version(templates[name]),
+            functions=tuple(_functions(templates[name])),
+            network=_network(templates[name]) if service.profile is not None else _unbuilt_network(service),
         )
-    plans += [_unlocked_plan(name, options, ctx, images) for name in unplanned]
+        for name, service in app_plan.services.items()
+    ]
+    endpoints = [
+        _endpoint_plan(stack, templates[stack.stack_name], region)
+        for stack in app.node.children
+        if isinstance(stack, SageMakerStack)
+    ]
     return DeployPlan(
-        region=options.region,
+        region=region,
         stacks=tuple(plans),
-        refused=tuple(sorted(refusals.items())),
+        refused=tuple(sorted(app_plan.refusals.items())),
         endpoints=tuple(endpoints),
-        debian_mirrors=options.debian_mirrors,
+        debian_mirrors=app_plan.options.debian_mirrors,
     )
+
+
+def _unbuilt_network(service: ServicePlan) -> NetworkPlan:
+    """The VPC a stack whose model is not locked yet will create (its template is empty until then): one VPC and
+    internet gateway, and its NAT gateways (and their addresses) in the first zones, as ec2.Vpc places them."""
+    nat = service.fleet.network.nat_gateways
+    return NetworkPlan(1, 1, nat, tuple((z, 1) for z in service.vpc_zones[:nat]))
 
 
 def _endpoint_plan(stack: SageMakerStack, template: dict, region: str) -> EndpointPlan:
@@ -154,46 +155,6 @@ def _endpoint_plan(stack: SageMakerStack, template: dict, region: str) -> Endpoi
     )
 
 
-def _unlocked_plan(stack_name: str, options: Any, ctx: dict[str, Any], images: dict[str, Any]) -> StackPlan:
-    """What a stack whose model has no lock entry needs of the account, from its profile file without the model:
-    instance, AMI, zones and vCPUs, and its image build if another planned stack builds the same image target; the
-    volume is unknown (root_volume_gib 0) until the model is locked."""
-    import tomllib
-    from dataclasses import fields
-
-    from gguf_serve.catalog.fleet import FleetSettings
-    from gguf_serve.catalog.loader import load_hardware
-
-    path = next(p for p in sorted((PROFILES_DIR / "serving").glob("*.toml"))
-                if tomllib.loads(p.read_text()).get("stack") == stack_name)  # fmt: skip
-    doc = tomllib.loads(path.read_text())
-    hw = load_hardware(PROFILES_DIR / "hardware.toml")[doc["instance_type"]]
-    known = {f.name for f in fields(FleetSettings)}
-    fleet = FleetSettings(**{k: v for k, v in doc.get("fleet", {}).items() if k in known and not isinstance(v, list)})
-    spot = options.spot and not hw.has_gpu
-    warm = 0 if spot else fleet.warm_pool_size if options.warm_pool is None else options.warm_pool
-    zones = (ctx.get("pinned-availability-zones") or {}).get(options.region, [])[: fleet.max_azs]
-    nat = fleet.nat_gateways  # in the first zones, one per public subnet, as ec2.Vpc places them
-    return StackPlan(
-        stack_name=stack_name,
-        instance_type=hw.instance_type,
-        architecture=hw.architecture.value,
-        ami_parameter=hw.ami_ssm_parameter,
-        root_volume_gib=0,
-        zones=tuple(sorted(zones)),
-        vcpus={
-            "create": (fleet.min_capacity + warm) * hw.vcpus,
-            "update": (fleet.min_capacity + warm + fleet.rolling_batch) * hw.vcpus,
-            "scale_out": (fleet.max_capacity + warm) * hw.vcpus,
-        },
-        quota_code=quota_code(hw.has_gpu, spot),
-        build_images=images.get(doc.get("image", ""), ()),
-        endpoint_services=(),
-        bootstrap_version=0,
-        network=NetworkPlan(1, 1, nat, tuple((z, 1) for z in zones[:nat])),
-    )
-
-
 def quota_code(gpu: bool, spot: bool) -> str:
     if spot:
         return G_AND_VT_SPOT if gpu else STANDARD_SPOT
@@ -206,10 +167,6 @@ def _resources(template: dict, kind: str) -> list[dict]:
 
 def _functions(template: dict) -> list[str]:
     return sorted(name for name, r in template["Resources"].items() if r["Type"] == "AWS::Lambda::Function")
-
-
-def _zones(template: dict) -> set[str]:
-    return {s["AvailabilityZone"] for s in _resources(template, "AWS::EC2::Subnet")}
 
 
 def _subnet_zone(template: dict, ref: dict) -> str:

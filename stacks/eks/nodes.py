@@ -15,7 +15,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from gguf_serve.catalog.fleet import FleetSettings
+from gguf_serve.catalog.fleet import RootVolume
 from gguf_serve.catalog.hardware import Architecture, Hardware
 from stacks.eks.acknowledgements import acknowledge_node_role
 from stacks.eks.workload import PROFILE_LABEL, ServingWorkload
@@ -44,16 +44,18 @@ class ServingNodes(Construct):
         cluster: eks.ICluster,
         workload: ServingWorkload,
         hardware: Hardware,
-        fleet: FleetSettings,
+        volume: RootVolume,
+        spot: bool = False,
     ) -> None:
         """
         cluster: the serving cluster.
         workload: the profile's pod (its name labels and taints the nodes, its model sizes the data volume).
         hardware: the instance type and architecture.
-        fleet: Spot, the volume's throughput and IOPS, the image headroom.
+        volume: the data volume's throughput and IOPS, the image headroom.
+        spot: Spot nodes (stacks/plan.py decides: CPU profiles only); default On-Demand.
         """
         super().__init__(scope, construct_id)
-        data_gib = workload.model_gib + fleet.image_headroom_gib
+        data_gib = workload.model_gib + volume.image_headroom_gib
         template = ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
@@ -66,8 +68,8 @@ class ServingNodes(Construct):
                         data_gib,
                         volume_type=ec2.EbsDeviceVolumeType.GP3,
                         encrypted=True,
-                        iops=fleet.volume_iops,
-                        throughput=fleet.volume_throughput_mibps,
+                        iops=volume.volume_iops,
+                        throughput=volume.volume_throughput_mibps,
                         delete_on_termination=True,
                     ),
                 )
@@ -79,7 +81,7 @@ class ServingNodes(Construct):
             cluster=cluster,
             instance_types=[ec2.InstanceType(hardware.instance_type)],
             ami_type=ami_type(hardware),
-            capacity_type=eks.CapacityType.SPOT if fleet.spot else eks.CapacityType.ON_DEMAND,
+            capacity_type=eks.CapacityType.SPOT if spot else eks.CapacityType.ON_DEMAND,
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=template.launch_template_id or "", version=template.latest_version_number
             ),

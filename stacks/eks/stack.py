@@ -14,7 +14,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gguf_serve.catalog import ProfileError, ServingProfile
+from gguf_serve.catalog import ServingProfile
 from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
@@ -26,11 +26,13 @@ from stacks.eks.nodes import ServingNodes
 from stacks.eks.scaler_objects import ScalerDeploy, scaler_name, scaler_objects
 from stacks.eks.targets import NodegroupTargets, managed_groups_arn
 from stacks.eks.workload import NAMESPACE, ServingWorkload, node_port
+from stacks.errors import PropsError
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
+from stacks.plan import ServicePlan
 
 STACK_NAME = "EksServingStack"
 
@@ -41,7 +43,7 @@ class EksServingStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
-        profiles: list[ServingProfile],
+        plans: list[ServicePlan],
         availability_zones: list[str],
         certificate_arn: str | None = None,
         image_build_args: dict[str, str] | None = None,
@@ -50,16 +52,17 @@ class EksServingStack(Stack):
         admin_role_arns: tuple[str, ...] = (),
         **kwargs,
     ) -> None:
-        """profiles: the serving profiles this cluster serves, one node group each (-c eksProfiles); the first one's
-        fleet settings shape the VPC. The other props are the EC2 stacks' deploy options."""
-        workloads = _check(profiles)
+        """plans: the serving profiles this cluster serves, one node group each (-c eksProfiles), each with the deploy
+        options resolved against it (stacks/plan.py); the first one's network settings shape the VPC. The other props
+        are the EC2 stacks' deploy options."""
+        workloads = _check(plans)
+        profiles = [p.profile for p in plans if p.profile is not None]
         super().__init__(
             scope, construct_id, description="llama.cpp GGUF serving on EKS: " + ", ".join(workloads), **kwargs
         )
         self._azs = availability_zones
         Aspects.of(self).add(CheckovAcknowledgements())
-        f = profiles[0].fleet
-        network = ServingNetwork(self, "Network", cidr=f.vpc_cidr, max_azs=f.max_azs, nat_gateways=f.nat_gateways)
+        network = ServingNetwork(self, "Network", settings=profiles[0].fleet.network)
         self.access_logs = AccessLogs(self, "AccessLogs")
         self.cache = ModelCache(self, "ModelCache", access_logs=self.access_logs.bucket)
         self.api_key = ApiKey(self, "ApiKey")
@@ -74,17 +77,16 @@ class EksServingStack(Stack):
                 debian_mirrors=debian_mirrors,
             )  # fmt: skip
         self.load_balancers: dict[str, InferenceLoadBalancer] = {}
-        for i, profile in enumerate(profiles):
-            scope_ = Construct(self, profile.name)
-            self._serve(
-                scope_, profile, workloads[profile.name], images[profile.image.name], i, network.vpc, certificate_arn
-            )
+        for i, plan in enumerate(plans):
+            name = plan.profile.name if plan.profile else ""
+            self._serve(Construct(self, name), plan, workloads[name], images[plan.image.name], i, network.vpc,
+                        certificate_arn)  # fmt: skip
         self._acknowledge()
 
     def _serve(
         self,
         scope: Construct,
-        profile: ServingProfile,
+        plan: ServicePlan,
         w: ServingWorkload,
         image: ImageBuild,
         index: int,
@@ -92,8 +94,10 @@ class EksServingStack(Stack):
         certificate_arn: str | None,
     ) -> None:
         cluster = self.serving.cluster
+        profile, f = plan.profile, plan.fleet
+        assert profile is not None  # _check refused a plan without one
         nodes = ServingNodes(
-            scope, "Nodes", cluster=cluster, workload=w, hardware=profile.hardware, fleet=profile.fleet
+            scope, "Nodes", cluster=cluster, workload=w, hardware=profile.hardware, volume=f.volume, spot=plan.spot
         )
         pods = self._account(scope, "PodRole", w.name)
         self.api_key.secret.grant_read(pods)
@@ -132,11 +136,10 @@ class EksServingStack(Stack):
         cluster.add_manifest(f"{profile.name}-scaler", *scaler_objects(w, scaler_deploy)).node.add_dependency(
             scaler, workload
         )
-        f = profile.fleet
         lb = InferenceLoadBalancer(
-            scope, "LoadBalancer", vpc=vpc, vpc_cidr=f.vpc_cidr, access_logs=self.access_logs.bucket, targets=[],
-            target_port=port, idle_timeout_s=f.alb_idle_timeout_s, deregistration_delay_s=f.deregistration_delay_s,
-            allowed_cidrs=f.allowed_cidrs, certificate_arn=certificate_arn,
+            scope, "LoadBalancer", vpc=vpc, vpc_cidr=f.network.vpc_cidr, access_logs=self.access_logs.bucket,
+            targets=[], target_port=port, settings=f.load_balancer, allowed_cidrs=plan.options.allowed_cidrs,
+            certificate_arn=certificate_arn,
         )  # fmt: skip
         # The node group's nodes are attached at deploy (stacks/eks/targets.py): instance targets, on the NodePort.
         lb.target_group.node.default_child.add_property_override("TargetType", "instance")  # type: ignore[union-attr]
@@ -191,10 +194,14 @@ class EksServingStack(Stack):
         return self._azs
 
 
-def _check(profiles: list[ServingProfile]) -> dict[str, ServingWorkload]:
-    if not profiles:
-        raise ProfileError(f"{STACK_NAME} serves no profile: name one or more, e.g. -c eksProfiles=graviton-moe")
+def _check(plans: list[ServicePlan]) -> dict[str, ServingWorkload]:
+    if not plans:
+        raise PropsError(f"{STACK_NAME} serves no profile: name one or more, e.g. -c eksProfiles=graviton-moe")
+    missing = [p.stack_name for p in plans if p.profile is None]
+    if missing:
+        raise PropsError(f"eksProfiles: {missing} have no locked model; lock it first")
+    profiles: list[ServingProfile] = [p.profile for p in plans]  # type: ignore[misc]
     names = [p.name for p in profiles]
     if len(set(names)) != len(names):
-        raise ProfileError(f"eksProfiles: {names} names a profile twice")
-    return {p.name: ServingWorkload.of(p) for p in profiles}
+        raise PropsError(f"eksProfiles: {names} names a profile twice")
+    return {p.profile.name: ServingWorkload.of(p.profile, p.capacity) for p in plans}  # type: ignore[union-attr]

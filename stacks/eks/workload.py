@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gguf_serve.catalog import ProfileError, ServingProfile
+from gguf_serve.catalog.fleet import Capacity
 from gguf_serve.catalog.hardware import GIB
 from gguf_serve.catalog.profiles import memory_fit
 from gguf_serve.container import names
@@ -47,7 +48,8 @@ class ServingWorkload:
     deferred_step: int
 
     @classmethod
-    def of(cls, profile: ServingProfile) -> ServingWorkload:
+    def of(cls, profile: ServingProfile, capacity: Capacity | None = None) -> ServingWorkload:
+        """capacity: the group's sizes as deployed (stacks/plan.py: minCapacity applied); default the profile's."""
         if not _NAME.match(profile.name) or len(profile.name) > 40:
             raise ProfileError(
                 f"profile {profile.name!r}: an EKS workload name must be lower-case letters, digits and '-' (at most "
@@ -56,6 +58,7 @@ class ServingWorkload:
         spec = profile.runtime()
         pod_spec = replace(spec, server=replace(spec.server, host="127.0.0.1", port=names.UPSTREAM_PORT))
         plan, f = profile.boot_plan_s(), profile.fleet
+        capacity = capacity or f.capacity
         return cls(
             name=profile.name,
             runtime_json=pod_spec.to_json(),
@@ -65,13 +68,13 @@ class ServingWorkload:
             cpu=max(1, profile.hardware.vcpus - SYSTEM_CPU),
             memory_gib=pod_memory_gib(profile),
             model_gib=math.ceil(profile.model.size_bytes / GIB) + MODEL_HEADROOM_GIB,
-            load_s=f.model_load_s,
+            load_s=f.boot.model_load_s,
             fetch_s=math.ceil(plan["model_download"] + plan["cache_write_back"]),
-            drain_deadline_s=f.drain_deadline_s,
-            min_replicas=max(1, f.min_capacity),  # no wake-up from zero on EKS (docs/eks.md says why)
-            max_replicas=f.max_capacity,
-            target_busy_ratio=f.target_busy_slot_ratio,
-            deferred_step=f.deferred_scale_out,
+            drain_deadline_s=f.drain.deadline_s,
+            min_replicas=max(1, capacity.min_capacity),  # no wake-up from zero on EKS (docs/eks.md says why)
+            max_replicas=capacity.max_capacity,
+            target_busy_ratio=f.scaling.target_busy_slot_ratio,
+            deferred_step=f.scaling.deferred_scale_out,
         )
 
     @property

@@ -42,7 +42,7 @@ class SageMakerStack(Stack):
         self._azs = availability_zones
         self._acknowledge(hosting)
         plan, f, runtime = plan_sagemaker(profile, hosting), profile.fleet, profile.runtime()
-        network = EndpointNetwork(self, "Network", cidr=f.vpc_cidr, max_azs=f.max_azs)
+        network = EndpointNetwork(self, "Network", cidr=f.network.vpc_cidr, max_azs=f.network.max_azs)
         cache = ModelCache(self, "ModelCache", access_logs=AccessLogs(self, "AccessLogs").bucket)
         image = ImageBuild(
             self, "Image", target=profile.image, build_args=image_build_args, arm64_builder=arm64_builder,
@@ -66,8 +66,8 @@ class SageMakerStack(Stack):
         )  # fmt: skip
         self.monitoring = EndpointMonitoring(
             self, "Monitoring", name=self.stack_name, endpoint_name=endpoint.endpoint_name,
-            variant_name=endpoint.variant_name, deferred_alarm=f.deferred_alarm, has_gpu=profile.hardware.has_gpu,
-            mtp=profile.mtp,
+            variant_name=endpoint.variant_name, deferred_alarm=f.alarms.deferred_alarm,
+            has_gpu=profile.hardware.has_gpu, mtp=profile.mtp,
         )  # fmt: skip
         self.profile, self.hosting, self.plan, self.endpoint, self.staging = profile, hosting, plan, endpoint, staging
         self._outputs(endpoint)

@@ -27,7 +27,7 @@ from constructs import Construct
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.images import BUILD_POLL_INTERVAL_S, CUSTOM_RESOURCE_MAX_WAIT_S
 from gguf_serve.container.spec import RuntimeSpec
-from stacks.nag import acknowledge, arn_of
+from stacks.nag import account_in_finding, acknowledge, arn_of
 
 HANDLERS = Path(__file__).resolve().parent.parent / "handlers"
 STAGING_PREFIX = "sagemaker"
@@ -129,9 +129,9 @@ class ModelStaging(Construct):
                 "Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*", "Action::s3:DeleteObject*",
                 "Action::s3:Abort*", "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*",
                 f"Resource::<{stack.get_logical_id(bucket.node.default_child)}.Arn>/{self.key_prefix}/*",  # type: ignore[arg-type]
-                f"Resource::arn:{stack.partition}:logs:{stack.region}:<AWS::AccountId>:log-group:/aws/codebuild/"
-                f"<{project_id}>:*",
-                f"Resource::arn:{stack.partition}:codebuild:{stack.region}:<AWS::AccountId>:report-group/"
+                f"Resource::arn:{stack.partition}:logs:{stack.region}:{account_in_finding(stack)}:log-group:"
+                f"/aws/codebuild/<{project_id}>:*",
+                f"Resource::arn:{stack.partition}:codebuild:{stack.region}:{account_in_finding(stack)}:report-group/"
                 f"<{project_id}>-*",
             ],
         )  # fmt: skip

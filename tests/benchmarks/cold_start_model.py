@@ -116,7 +116,7 @@ def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
 def model(p: ServingProfile) -> ColdStart:
     io = INSTANCES[p.hardware.instance_type]
     size = p.model.size_bytes
-    gp3 = p.fleet.volume_throughput_mibps * MIB
+    gp3 = p.fleet.volume.volume_throughput_mibps * MIB
     disk = min(gp3, io.ebs_bps)
     bound = "gp3 throughput" if gp3 <= io.ebs_bps else "instance EBS bandwidth"
     ms = min(a("modelscope_stream_bps") * a("modelscope_streams"), io.network_bps, disk)
@@ -155,7 +155,7 @@ def _unit(name: str, value: float) -> str:
 def production_rates(p: ServingProfile) -> Rates:
     """The S3-cache boot of one profile's instance: the Rates `steps` takes, from the sourced figures above."""
     io = INSTANCES[p.hardware.instance_type]
-    disk = min(p.fleet.volume_throughput_mibps * MIB, io.ebs_bps)
+    disk = min(p.fleet.volume.volume_throughput_mibps * MIB, io.ebs_bps)
     return Rates(
         network_bps=min(a("s3_stream_bps") * a("s3_streams"), io.network_bps),
         hash_bps=a("hash_bps"),

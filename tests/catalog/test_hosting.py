@@ -60,10 +60,10 @@ def test_the_plan_comes_from_the_profiles_load_budget():
     p = PROFILES["graviton-moe"]
     plan = plan_sagemaker(sagemaker_profile(p, CATALOG.hosting["c8g.4xlarge"]), CATALOG.hosting["c8g.4xlarge"])
     size = p.model.size_bytes
-    assert plan.startup_timeout_s == math.ceil((size / (VERIFY_MIB_S * MIB) + p.fleet.model_load_s) / 60) * 60
-    assert plan.download_timeout_s == math.ceil(size / (p.fleet.cache_read_mib_s * MIB) / 60) * 60
-    assert plan.volume_gb == math.ceil(size / 1024**3) + p.fleet.image_headroom_gib
-    assert (plan.min_instances, plan.max_instances) == (p.fleet.min_capacity, p.fleet.max_capacity)
+    assert plan.startup_timeout_s == math.ceil((size / (VERIFY_MIB_S * MIB) + p.fleet.boot.model_load_s) / 60) * 60
+    assert plan.download_timeout_s == math.ceil(size / (p.fleet.boot.cache_read_mib_s * MIB) / 60) * 60
+    assert plan.volume_gb == math.ceil(size / 1024**3) + p.fleet.volume.image_headroom_gib
+    assert (plan.min_instances, plan.max_instances) == (p.fleet.capacity.min_capacity, p.fleet.capacity.max_capacity)
     assert 60 <= plan.startup_timeout_s <= 3600 and plan.staging_s < 3300
     gpu = PROFILES["gpu-mtp"]
     gpu_plan = plan_sagemaker(sagemaker_profile(gpu, CATALOG.hosting["g5.xlarge"]), CATALOG.hosting["g5.xlarge"])
@@ -73,10 +73,10 @@ def test_the_plan_comes_from_the_profiles_load_budget():
 def test_a_model_past_sagemakers_limits_is_refused_with_the_numbers():
     p = PROFILES["graviton-moe"]
     hosting = CATALOG.hosting["c8g.4xlarge"]
-    slow = replace(p, fleet=replace(p.fleet, model_load_s=3580))  # + 54 s to hash 22.7 GB at the planning rate
+    slow = replace(p, fleet=p.fleet.changed(model_load_s=3580))  # + 54 s to hash 22.7 GB at the planning rate
     with pytest.raises(ProfileError, match=r"the startup health check needs 3\d{3} s .* more than SageMaker's 3600 s"):
         plan_sagemaker(slow, hosting)
-    crawl = replace(p, fleet=replace(p.fleet, planning_download_mib_s=5.0))
+    crawl = replace(p, fleet=p.fleet.changed(planning_download_mib_s=5.0))
     with pytest.raises(ProfileError, match="staging Qwen3.6-35B-A3B may take .* more than a custom resource can wait"):
         plan_sagemaker(crawl, hosting)
 

@@ -126,6 +126,10 @@ BLOCKS_35B = "embedding_length = 2048\nblock_count = 41"
          r"graviton-moe.toml: fleet.min_capacity: 5 is more than max_capacity \(4\); allowed: 0 to max_capacity"),
         ("models.toml", "active_params_b = 3\n", "active_params_b = 36\n",
          r'models.toml: "Qwen3.6-35B-A3B".active_params_b: 36 is more than total_params_b \(35\); allowed: at most'),
+        (GRAVITON, "[fleet]", "[fleet]\nspot = true",
+         r"graviton-moe.toml: fleet.spot: a deploy option, .*; remove it here and set spot in deploy.toml"),
+        (GRAVITON, "[fleet]", "[fleet]\nscale = 2",
+         r"graviton-moe.toml: fleet: unknown key 'scale'; known keys: .*alb_idle_timeout_s, cache_read_mib_s"),
         (GRAVITON, "[fleet]", '[fleet]\nvpc_cidr = "10.40.0.0/33"',
          r"graviton-moe.toml: fleet.vpc_cidr: '10.40.0.0/33' is not allowed; allowed: an IPv4 network from /16 to /24"),
         ("serving/gpu-mtp.toml", 'spec_type = "draft-mtp"', 'spec_type = "draft-mpt"',
@@ -146,8 +150,10 @@ def test_every_number_a_profile_file_sets_has_a_range():
     import typing
     from dataclasses import fields
 
+    from gguf_serve.catalog.fleet import FleetSettings
     from gguf_serve.catalog.limits import RANGES
 
+    assert set(FleetSettings.parts().values()) <= set(RANGES)  # every part of [fleet] is checked
     for cls, ranges in RANGES.items():
         hints = typing.get_type_hints(cls)
         numeric = {f.name for f in fields(cls) if any(t in (int, float) for t in _leaf_types(hints[f.name]))}

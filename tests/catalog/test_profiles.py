@@ -99,13 +99,3 @@ def test_local_profile_scales_the_graviton_settings_to_this_machine():
 def test_boot_budget_covers_a_cold_single_stream_download():
     for p in PROFILES.values():
         assert p.boot_budget_s >= p.model.size_bytes / (15 * 1024 * 1024)
-
-
-def test_spot_is_refused_for_the_gpu_profile():
-    from dataclasses import replace
-
-    gpu = PROFILES["gpu-mtp"]
-    with pytest.raises(ProfileError, match="spot is for the CPU stacks"):
-        replace(gpu, fleet=replace(gpu.fleet, spot=True))
-    with pytest.raises(ProfileError, match="off_hours must be two hours"):
-        replace(gpu, fleet=replace(gpu.fleet, off_hours=(25, 8)))

@@ -1,4 +1,4 @@
-"""Fixtures for the image tier: the staged sources and one synthesized assembly, built the way `cdk synth` does."""
+"""Fixtures for the image tier: the staged sources and the committed options' synthesized assembly."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 
-from stacks.app import build_app
-from tests.conftest import ROOT, cdk_context
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="session")
@@ -28,10 +26,6 @@ def staged_sources() -> Path:
 
 
 @pytest.fixture(scope="session")
-def image_app(staged_sources: Path) -> cdk.App:
-    return build_app(cdk_context())
-
-
-@pytest.fixture(scope="session")
-def image_assembly(image_app: cdk.App) -> Path:
-    return Path(image_app.synth().directory)
+def image_assembly(staged_sources: Path, whole_apps) -> Path:
+    """The committed options' cloud assembly, the one the fast tier shares (tests/whole_app.py)."""
+    return whole_apps["committed"].directory

@@ -18,7 +18,6 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from gguf_serve.catalog import ProfileError
 from gguf_serve.catalog.images import (
     BUILD_POLL_INTERVAL_S,
     CUSTOM_RESOURCE_MAX_WAIT_S,
@@ -26,6 +25,7 @@ from gguf_serve.catalog.images import (
     IMAGE_TARGETS,
     LAYER_BUILD_TIMEOUT_MIN,
 )
+from gguf_serve.errors import InputError
 from stacks.app import build_app
 from stacks.image_build import (
     ImageBuild,
@@ -37,6 +37,7 @@ from stacks.image_build import (
 from tests.committed import PROFILES
 from tests.conftest import ROOT, cdk_context
 from tests.images.buildspec import build_env, build_inputs
+from tests.whole_app import MIRROR_IMAGE, OPTION_SETS
 
 STACKS = [p.stack_name for p in PROFILES.values()]
 X86 = IMAGE_TARGETS["x86-64-cpu"]
@@ -170,10 +171,10 @@ def test_build_role_and_start_handler_can_see_which_tags_exist(image_assembly, s
         assert all("ImageRepository" in json.dumps(s["Resource"]) for s in statements)
 
 
-def test_a_base_image_in_another_ecr_repository_can_be_pulled():
-    mirror = "123456789012.dkr.ecr.cn-northwest-1.amazonaws.com.cn/mirror/qwen36-runtime:trixie"
-    app = build_app({**cdk_context(), "imageBuildArgs": f"RUNTIME_IMAGE={mirror}"})
-    template = Template.from_stack(app.node.find_child("IntelMoeStack")).to_json()
+def test_a_base_image_in_another_ecr_repository_can_be_pulled(whole_apps):
+    """-c imageBuildArgs=RUNTIME_IMAGE=<ECR mirror> (in the whole-app set that names build arguments)."""
+    assert f"RUNTIME_IMAGE={MIRROR_IMAGE}" in OPTION_SETS["ningxia-from-zero"]["imageBuildArgs"]
+    template = whole_apps["ningxia-from-zero"].template("IntelMoeStack")
     pulls = [s for s in _policies(template, "ImageProjectRole") if "ecr:BatchGetImage" in _actions(s)]
     text = json.dumps(pulls)
     assert "123456789012" in text and "repository/mirror/qwen36-runtime" in text
@@ -264,17 +265,20 @@ def test_every_wait_fits_inside_cloudformations_custom_resource_limit(image_asse
     ],
 )
 def test_bad_build_arguments_are_refused_at_synth_with_what_to_change(value, message):
-    with pytest.raises(ProfileError, match=re.escape(message)):
-        build_app({**cdk_context(), "imageBuildArgs": value})
+    with pytest.raises(InputError, match=re.escape(message)):
+        build_app({**cdk_context(), "imageBuildArgs": value}, stack_names=["IntelMoeStack"])
 
 
-def test_good_build_arguments_reach_the_build_intact():
-    value = "PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple,LLAMA_CPP_BUILD=11312"
-    app = build_app({**cdk_context(), "imageBuildArgs": value})
-    template = Template.from_stack(app.node.find_child("IntelMoeStack")).to_json()
+def test_good_build_arguments_reach_the_build_intact(whole_apps):
+    assert OPTION_SETS["ningxia-from-zero"]["imageBuildArgs"] == (
+        f"PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple,LLAMA_CPP_BUILD=11312,RUNTIME_IMAGE={MIRROR_IMAGE}"
+    )
+    template = whole_apps["ningxia-from-zero"].template("IntelMoeStack")
     (project,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
     env = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
-    assert env["BUILD_ARGS"] == "LLAMA_CPP_BUILD=11312 PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple"
+    assert env["BUILD_ARGS"] == (
+        f"LLAMA_CPP_BUILD=11312 PIP_INDEX_URL=https://mirrors.aliyun.com/pypi/simple RUNTIME_IMAGE={MIRROR_IMAGE}"
+    )
 
 
 def test_build_script_refuses_a_pair_that_would_become_a_docker_option(tmp_path):
@@ -394,7 +398,7 @@ def test_native_arm64_builder_where_the_region_offers_it(staged_sources):
     ImageBuild(stack, "Image", target=IMAGE_TARGETS["arm64-cpu"], arm64_builder="native")
     env = _environment(Template.from_stack(stack).to_json())
     assert env["Type"] == "ARM_CONTAINER"
-    with pytest.raises(ProfileError, match="use one of cross, native"):
+    with pytest.raises(InputError, match="use one of cross, native"):
         ImageBuild(stack, "Other", target=IMAGE_TARGETS["arm64-cpu"], arm64_builder="emulated")
 
 
@@ -474,7 +478,7 @@ def test_the_gpu_stack_pulls_no_image_from_another_registry(image_assembly):
 def test_a_mirror_the_build_could_misread_is_refused(mirror):
     app = cdk.App(context=cdk_context())
     stack = cdk.Stack(app, "S", env=cdk.Environment(region="cn-northwest-1"))
-    with pytest.raises(ProfileError, match="debianMirrors"):
+    with pytest.raises(InputError, match="debianMirrors"):
         ImageBuild(stack, "Image", target=X86, debian_mirrors=(DEFAULT_DEBIAN_MIRRORS[0], mirror))
 
 
@@ -494,15 +498,16 @@ def test_a_mirror_reaches_the_build_and_leaves_the_tags_alone(staged_sources):
     )
 
 
-def test_the_debian_mirror_option_reaches_every_build_from_the_cli_context():
-    app = build_app({**cdk_context(), "debianMirrors": "http://mirrors.ustc.edu.cn/debian,http://m.example/debian"})
+def test_the_debian_mirror_option_reaches_every_build_from_the_cli_context(whole_apps):
+    mirrors = "http://mirrors.ustc.edu.cn/debian,https://mirrors.aliyun.com/debian"
+    assert OPTION_SETS["ningxia-from-zero"]["debianMirrors"] == mirrors
     for stack in ("IntelMoeStack", "GravitonMoeStack", "GpuMtpStack"):
-        env = _environment(Template.from_stack(app.node.find_child(stack)).to_json())
+        env = _environment(whole_apps["ningxia-from-zero"].template(stack))
         variables = {v["Name"]: v["Value"] for v in env["EnvironmentVariables"]}
-        assert variables["DEBIAN_MIRRORS"] == "http://mirrors.ustc.edu.cn/debian http://m.example/debian", stack
-    with pytest.raises(ProfileError, match=r"debianMirrors \(from -c\): 'mirror' is not a mirror URL"):
+        assert variables["DEBIAN_MIRRORS"] == mirrors.replace(",", " "), stack
+    with pytest.raises(InputError, match=r"debianMirrors \(from -c\): 'mirror' is not a mirror URL"):
         build_app({**cdk_context(), "debianMirrors": "mirror"})
-    with pytest.raises(ProfileError, match=r"-c debianMirror is now debianMirrors"):
+    with pytest.raises(InputError, match=r"-c debianMirror is now debianMirrors"):
         build_app({**cdk_context(), "debianMirror": "http://mirrors.ustc.edu.cn/debian"})
 
 

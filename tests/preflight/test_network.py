@@ -18,7 +18,7 @@ def _named(results, starts: str, status: Status):
 
 def test_each_stack_plans_the_vpc_gateways_and_addresses_its_template_creates(plan):
     for s in plan.stacks:
-        nat = profile_by_stack(s.stack_name).fleet.nat_gateways
+        nat = profile_by_stack(s.stack_name).fleet.network.nat_gateways
         assert (s.network.vpcs, s.network.internet_gateways, s.network.elastic_ips) == (1, 1, nat)
         assert s.network.nat_gateways == ((s.zones[0], nat),)  # ec2.Vpc places them in the first zones
         interface = [zones for _, zones in s.endpoint_services if zones]

@@ -128,7 +128,8 @@ def test_lambda_concurrency_all_reserved_blocks_the_image_build_and_the_wake_doo
 
 
 def test_a_wake_door_is_counted_when_the_option_adds_it():
-    woken = deploy_plan(context={**cdk_context(), "minCapacity": "0", "wakeOnRequest": "true"})
+    options = {"minCapacity": "0", "wakeOnRequest": "true"}
+    woken = deploy_plan(["IntelMoeStack", "GpuMtpStack"], context={**cdk_context(), **options})
     assert all(any(f.startswith("WakeDoorFunction") for f in s.functions) for s in woken.stacks)
     (ok,) = [r for r in Account(woken).check() if r.check == "Lambda concurrency"]
     assert ok.status is Status.OK and f"{len(woken.stacks)} wake door(s)" in ok.detail

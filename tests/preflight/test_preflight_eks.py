@@ -11,10 +11,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from gguf_serve.catalog import ProfileError
 from gguf_serve.preflight.checks import Status
 from gguf_serve.preflight.eks import SERVICE_LINKED, eks_plan_from, run_eks_checks
 from gguf_serve.preflight.plan import G_AND_VT_ON_DEMAND, STANDARD_ON_DEMAND
+from stacks.options import DeployOptionError
 from tests.conftest import cdk_context
 
 REGION = "cn-northwest-1"
@@ -131,7 +131,7 @@ def test_an_absent_service_linked_role_is_a_warning_that_names_the_principal(pla
 
 
 def test_no_profiles_or_an_unknown_one_is_one_line():
-    with pytest.raises(ProfileError, match="eksProfiles=graviton-moe"):
+    with pytest.raises(DeployOptionError, match="eksProfiles=graviton-moe"):
         eks_plan_from({**cdk_context(), "eksProfiles": ""}, config_file=Path("/nonexistent.toml"))
-    with pytest.raises(ProfileError, match="no serving profile named nope"):
+    with pytest.raises(DeployOptionError, match="no serving profile named nope"):
         eks_plan_from({**cdk_context(), "eksProfiles": "nope"})

@@ -123,7 +123,7 @@ class World:
             AutoScalingGroupName=GROUP,
             LifecycleHookName=READY_HOOK,
             LifecycleTransition="autoscaling:EC2_INSTANCE_LAUNCHING",
-            HeartbeatTimeout=self.profile.fleet.model_load_s,
+            HeartbeatTimeout=self.profile.fleet.boot.model_load_s,
             DefaultResult="ABANDON",
         )
         asg.put_lifecycle_hook(  # the hop completes it when it has drained (gguf_serve/container/hop/drain.py)

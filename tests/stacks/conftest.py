@@ -4,18 +4,15 @@ import json
 import re
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from stacks.app import build_app
 from tests.committed import PROFILES
-from tests.conftest import cdk_context
+from tests.whole_app import CERT, IAM_CERT, OPTION_SETS, Synthesized
 
 STACK_NAMES = [p.stack_name for p in PROFILES.values()]
-CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
-IAM_CERT = "arn:aws-cn:iam::111122223333:server-certificate/llama-internal"
-# Each documented deploy option alone, then the combinations the README suggests.
+# Each documented deploy option alone, then the combinations the docs suggest: every one is parsed
+# (test_deploy_options.py). Whole apps are synthesized for the three sets of tests/whole_app.py only.
 DOCUMENTED = {
     "spot": {"spot": "true"},
     "off-hours": {"offHours": "20-8"},
@@ -31,42 +28,24 @@ DOCUMENTED = {
     "off-hours-wake": {"offHours": "20-8", "wakeOnRequest": "true"},
     "locked-down": {"allowedCidrs": "10.8.0.0/16", "certificateArn": CERT, "offHours": "20-8"},
 }
-# The whole app is synthesized (cdk-nag, then cfn-lint and checkov) for the fewest documented sets that hold every
-# option: the combinations, plus "off-hours" (the wake tests compare with it), "no-warm-pool", "build-args",
-# "native-arm64-builder" and "beijing", each the only set of its option. What one option does to one construct is
-# tested on that construct (tests/stacks/constructs/), its parsing and mapping onto the fleet in
-# test_deploy_options.py, and every set in DOCUMENTED is parsed there.
-SYNTHESIZED = (
-    "cost-saver",
-    "scale-from-zero",
-    "off-hours",
-    "off-hours-wake",
-    "locked-down",
-    "build-args",
-    "no-warm-pool",
-    "native-arm64-builder",
-    "beijing",
-)
+# The two whole-app sets besides the committed options; together they hold every option (the guard is in
+# test_deploy_options.py).
+SYNTHESIZED = tuple(name for name in OPTION_SETS if name != "committed")
 
 
 @pytest.fixture(scope="session")
-def app() -> cdk.App:
-    return build_app(cdk_context())
+def committed(whole_apps) -> Synthesized:
+    return whole_apps["committed"]
 
 
 @pytest.fixture(scope="session")
-def assembly(app: cdk.App) -> cdk.cx_api.CloudAssembly:
-    return app.synth()
+def templates(committed: Synthesized) -> dict[str, Template]:
+    return {name: Template.from_json(committed.template(name)) for name in STACK_NAMES}
 
 
 @pytest.fixture(scope="session")
-def templates(app: cdk.App) -> dict[str, Template]:
-    return {name: Template.from_stack(app.node.find_child(name)) for name in STACK_NAMES}
-
-
-@pytest.fixture(scope="session")
-def template_files(assembly) -> dict[str, Path]:
-    return {s.stack_name: Path(assembly.directory) / s.template_file for s in assembly.stacks}
+def template_files(committed: Synthesized) -> dict[str, Path]:
+    return {name: committed.template_file(name) for name in committed.stacks}
 
 
 def scrub(template: dict) -> dict:
@@ -80,15 +59,6 @@ def scrub(template: dict) -> dict:
 
 
 @pytest.fixture(scope="session")
-def synthesized(tmp_path_factory) -> dict[str, dict[str, Path]]:
-    """The SYNTHESIZED option sets, each synthesized with cdk-nag (build_app adds it, as for `cdk synth`)."""
-    out = {}
-    for name in SYNTHESIZED:
-        app = build_app(
-            {**cdk_context(), **DOCUMENTED[name]},
-            config_file=tmp_path_factory.mktemp(name) / "absent.toml",
-            stack_names=STACK_NAMES,  # the options are the fleet's; the SageMaker stacks are in the default app
-        )
-        assembly = app.synth()  # raises on any unacknowledged cdk-nag finding or rule error
-        out[name] = {s.stack_name: Path(assembly.directory) / s.template_file for s in assembly.stacks}
-    return out
+def synthesized(whole_apps) -> dict[str, dict[str, Path]]:
+    """SYNTHESIZED option set -> stack -> its template file (synthesized with cdk-nag, as `cdk synth` does)."""
+    return {name: {s: whole_apps[name].template_file(s) for s in whole_apps[name].stacks} for name in SYNTHESIZED}

@@ -15,11 +15,16 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from gguf_serve.local.cache import cache_root
-from stacks.app import apply_options, build_app
+from stacks.app import build_app
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
+from stacks.plan import plan_service
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
-from tests.stacks.conftest import CERT, DOCUMENTED, IAM_CERT, STACK_NAMES, SYNTHESIZED
+from tests.stacks.conftest import DOCUMENTED, STACK_NAMES, SYNTHESIZED
+from tests.stacks.eks.conftest import CONTEXT as EKS_CONTEXT
+from tests.whole_app import BUILD_ARGS, CERT, IAM_CERT, OPTION_SETS
+
+ZONES = ("cn-northwest-1a", "cn-northwest-1b")
 
 
 def _cli_env(tmp_path: Path) -> dict[str, str]:
@@ -35,7 +40,8 @@ def _cli_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def test_every_documented_option_synthesizes_cfn_lint_clean(synthesized):
+@pytest.mark.slow
+def test_every_whole_app_option_set_synthesizes_cfn_lint_clean(synthesized):
     files = [str(f) for stacks in synthesized.values() for f in stacks.values()]
     lint = subprocess.run(
         [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--", *files],
@@ -45,10 +51,14 @@ def test_every_documented_option_synthesizes_cfn_lint_clean(synthesized):
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-def test_the_synthesized_sets_hold_every_documented_option_and_the_readme_documents_each_option():
+def test_the_whole_app_sets_hold_every_option_and_the_readme_documents_each_option():
+    """At most three whole-app syntheses in the fast tier, and in them every option: cdk-nag, cfn-lint and checkov
+    see each one in a whole app (the rest is tested on constructs alone)."""
+    assert len(OPTION_SETS) <= 3 and set(SYNTHESIZED) < set(OPTION_SETS)
+    eks = set(EKS_CONTEXT) - {k for values in OPTION_SETS.values() for k in values}  # EksServingStack's own synth
+    assert {k for values in OPTION_SETS.values() for k in values} | eks == set(OPTION_NAMES)
     every = {k for ctx in DOCUMENTED.values() for k in ctx}
-    assert {k for name in SYNTHESIZED for k in DOCUMENTED[name]} == every  # cdk-nag and the linters see each one
-    assert every <= set(OPTION_NAMES) and set(PARSED) == set(DOCUMENTED)
+    assert every <= set(OPTION_NAMES) and set(PARSED) == set(DOCUMENTED) | set(SYNTHESIZED)
     # The option table: one, in the README, naming every option the app knows and nothing else.
     header = "| option | default | what it does |"
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -89,29 +99,59 @@ PARSED = {  # what each documented set is, parsed; the fields it leaves alone ke
     "scale-from-zero": {"min_capacity": 0, "wake_on_request": True},
     "off-hours-wake": {"off_hours": (20, 8), "wake_on_request": True},
     "locked-down": {"allowed_cidrs": ("10.8.0.0/16",), "certificate_arn": CERT, "off_hours": (20, 8)},
+    # the whole-app sets (tests/whole_app.py)
+    "ningxia-from-zero": {
+        "min_capacity": 0,
+        "wake_on_request": True,
+        "warm_pool": 0,
+        "allowed_cidrs": ("10.8.0.0/16", "192.168.10.0/24"),
+        "image_build_args": dict(pair.split("=", 1) for pair in BUILD_ARGS.split(",")),
+        "arm64_builder": "native",
+        "debian_mirrors": ("http://mirrors.ustc.edu.cn/debian", "https://mirrors.aliyun.com/debian"),
+        "allow_typed_lock": True,
+    },
+    "beijing-cost-saver": {
+        "region": "cn-north-1",
+        "account": "111122223333",
+        "spot": True,
+        "off_hours": (20, 8),
+        "wake_on_request": True,
+        "certificate_arn": IAM_CERT,
+    },
 }
 
 
-@pytest.mark.parametrize("name", DOCUMENTED)
-def test_each_documented_set_parses_to_its_options(name, tmp_path):
-    assert load_options(DOCUMENTED[name], tmp_path / "absent.toml") == replace(DEFAULTS, **PARSED[name])
+@pytest.mark.parametrize("name", [*DOCUMENTED, *SYNTHESIZED])
+def test_each_documented_and_whole_app_set_parses_to_its_options(name, tmp_path):
+    values = DOCUMENTED[name] if name in DOCUMENTED else OPTION_SETS[name]
+    assert load_options(values, tmp_path / "absent.toml") == replace(DEFAULTS, **PARSED[name])
 
 
 @pytest.mark.parametrize("stack", STACK_NAMES)
-def test_apply_options_puts_the_options_onto_the_fleet_spot_on_cpu_only_and_without_a_warm_pool(stack):
+def test_the_plan_applies_the_options_spot_on_cpu_only_and_without_a_warm_pool(stack):
     p = profile_by_stack(stack)
     cpu = not p.hardware.has_gpu
     options = DeployOptions(spot=True, warm_pool=3, off_hours=(20, 8), allowed_cidrs=("10.8.0.0/16",))
-    got = apply_options(p, options)
+    plan = plan_service(p, options, ZONES)
     # g5 Spot capacity in China is scarce: GPU stays on demand; PutWarmPool refuses a Spot group
-    expected = replace(
-        p.fleet, spot=cpu, warm_pool_size=0 if cpu else 3, off_hours=(20, 8), allowed_cidrs=("10.8.0.0/16",)
-    )
-    assert got.fleet == expected and replace(got, fleet=p.fleet) == p
-    assert apply_options(p, DeployOptions(warm_pool=0)).fleet.warm_pool_size == 0
-    assert apply_options(p, DeployOptions(min_capacity=0, wake_on_request=True)).fleet == replace(
-        p.fleet, min_capacity=0, wake_on_request=True
-    )
+    assert plan.spot is cpu and plan.capacity == replace(p.fleet.capacity, warm_pool_size=0 if cpu else 3)
+    assert plan.wake_s == p.wake_up_s(warm_pool=not cpu)  # a Spot group wakes from the S3 cache
+    assert plan.profile is p and plan.options is options and plan.sleeps  # the catalog's profile, untouched
+    assert plan_service(p, DeployOptions(warm_pool=0), ZONES).capacity.warm_pool_size == 0
+    woken = plan_service(p, DeployOptions(min_capacity=0, wake_on_request=True), ZONES)
+    assert woken.capacity == replace(p.fleet.capacity, min_capacity=0) and woken.sleeps and not woken.spot
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (DeployOptions(min_capacity=5), r"^minCapacity: 5 is more than IntelMoeStack's max_capacity \(4\); lower it"),
+        (DeployOptions(warm_pool=9), r"^warmPool: 9 is more than IntelMoeStack's max_capacity \(4\)"),
+    ],
+)
+def test_an_option_past_the_profiles_maximum_is_refused_with_what_to_change(options, says):
+    with pytest.raises(DeployOptionError, match=says):
+        plan_service(profile_by_stack("IntelMoeStack"), options, ZONES)
 
 
 def _build_env(doc: dict) -> dict:
@@ -120,24 +160,28 @@ def _build_env(doc: dict) -> dict:
 
 
 def test_the_options_build_app_passes_on_reach_every_stack(synthesized):
-    """What build_app hands each ServingStack (certificate, callers, off hours, build args, arm64 builder), read
-    from the sets synthesized anyway: no synthesis of its own. What each does to its construct: constructs/."""
+    """What build_app hands each ServingStack (certificate, callers, Spot, off hours, build args, arm64 builder,
+    mirror), read from the whole-app sets. What each does to its construct: constructs/."""
     for stack in STACK_NAMES:
         p = profile_by_stack(stack)
-        locked = _template(synthesized["locked-down"], stack)
-        (listener,) = _resources(locked, "AWS::ElasticLoadBalancingV2::Listener").values()
-        assert listener["Properties"]["Certificates"] == [{"CertificateArn": CERT}]
-        assert "https://" in json.dumps(locked["Outputs"]["EndpointUrl"])
-        alb_sg = next(
-            v for k, v in _resources(locked, "AWS::EC2::SecurityGroup").items() if k.startswith("LoadBalancer")
-        )
-        assert [r["CidrIp"] for r in alb_sg["Properties"]["SecurityGroupIngress"]] == ["10.8.0.0/16"]
-        actions = _resources(locked, "AWS::AutoScaling::ScheduledAction").values()
+        beijing = _template(synthesized["beijing-cost-saver"], stack)
+        (listener,) = _resources(beijing, "AWS::ElasticLoadBalancingV2::Listener").values()
+        assert listener["Properties"]["Certificates"] == [{"CertificateArn": IAM_CERT}]
+        assert "https://" in json.dumps(beijing["Outputs"]["EndpointUrl"])
+        actions = _resources(beijing, "AWS::AutoScaling::ScheduledAction").values()
         schedule = {a["Properties"]["Recurrence"]: a["Properties"] for a in actions}
-        assert schedule["0 8 * * MON-FRI"]["MinSize"] == p.fleet.min_capacity  # back to the profile's minimum
-        env = _build_env(_template(synthesized["build-args"], stack))["EnvironmentVariables"]
-        assert {e["Name"]: e["Value"] for e in env}["BUILD_ARGS"] == DOCUMENTED["build-args"]["imageBuildArgs"]
-        native = _build_env(_template(synthesized["native-arm64-builder"], stack))["Image"]
+        assert schedule["0 8 * * MON-FRI"]["MinSize"] == p.fleet.capacity.min_capacity  # back to the profile's minimum
+        (group,) = _resources(beijing, "AWS::AutoScaling::AutoScalingGroup").values()
+        assert ("MixedInstancesPolicy" in group["Properties"]) is not p.hardware.has_gpu  # Spot: the CPU stacks only
+        ningxia = _template(synthesized["ningxia-from-zero"], stack)
+        alb_sg = next(
+            v for k, v in _resources(ningxia, "AWS::EC2::SecurityGroup").items() if k.startswith("LoadBalancer")
+        )
+        assert [r["CidrIp"] for r in alb_sg["Properties"]["SecurityGroupIngress"]] == ["10.8.0.0/16", "192.168.10.0/24"]
+        env = {e["Name"]: e["Value"] for e in _build_env(ningxia)["EnvironmentVariables"]}
+        assert env["BUILD_ARGS"] == " ".join(sorted(BUILD_ARGS.split(",")))
+        assert env["DEBIAN_MIRRORS"] == OPTION_SETS["ningxia-from-zero"]["debianMirrors"].replace(",", " ")
+        native = _build_env(ningxia)["Image"]
         assert ("aarch64" in native) == (p.hardware.architecture.value == "arm64"), native
 
 
@@ -177,8 +221,9 @@ def test_committed_deploy_toml_is_valid_and_keeps_the_catalog_defaults():
     assert options.region == "cn-northwest-1" and options.account is None
     assert (options.spot, options.off_hours, options.allowed_cidrs, options.certificate_arn) == (False, None, (), None)
     assert options.warm_pool is None and options.min_capacity is None  # the profile's own warm pool and minimum
-    for profile in PROFILES.values():
-        assert apply_options(profile, options) == profile  # so the templates are the catalog's (the snapshots)
+    for profile in PROFILES.values():  # so the templates are the catalog's (the snapshots)
+        plan = plan_service(profile, options, ZONES)
+        assert plan.capacity == profile.fleet.capacity and not plan.spot and not plan.sleeps
 
 
 def test_options_in_deploy_toml_persist_and_c_overrides_one_run(tmp_path):
@@ -210,6 +255,23 @@ def test_defaults_match_an_empty_file(tmp_path):
     assert load_options({}, tmp_path / "absent.toml") == DeployOptions(warm_pool=None)
 
 
+def _without_cli_metadata(doc: dict) -> dict:
+    """What the CLI adds to a template and an in-process App does not: construct paths (aws:cdk:path), asset
+    metadata (aws:asset:*) and the CDKMetadata resource with its condition (version reporting)."""
+    doc["Resources"] = {k: v for k, v in doc["Resources"].items() if v["Type"] != "AWS::CDK::Metadata"}
+    for resource in doc["Resources"].values():
+        for key in [k for k in resource.get("Metadata", {}) if k == "aws:cdk:path" or k.startswith("aws:asset:")]:
+            del resource["Metadata"][key]
+        if resource.get("Metadata") == {}:
+            del resource["Metadata"]
+    doc.get("Conditions", {}).pop("CDKMetadataAvailable", None)
+    if doc.get("Conditions") == {}:
+        del doc["Conditions"]
+    return doc
+
+
+@pytest.mark.cli
+@pytest.mark.slow  # each call starts node, then the app in a new Python with its own jsii
 class TestTheRealCli:
     """`npx cdk ...` exactly as the README tells users to run it (pinned CLI, no credentials)."""
 
@@ -223,15 +285,20 @@ class TestTheRealCli:
             timeout=300,
         )
 
-    def test_synth_with_spot_passes_cdk_nag(self, tmp_path):
-        # Every stack, GpuMtpStack too: with the tests' lock, in which synth's lookup pinned the 27B from the local hub
-        # (tests/catalog/stand_in.py), and no lookup of the typed 35B (tests/stacks/test_first_synth_lock.py).
+    def test_synth_with_spot_passes_cdk_nag_and_writes_what_the_tests_read(self, tmp_path, synthesized):
+        """The Beijing set (Spot, off hours, a request wakes the group, HTTPS) through the CLI: every stack, GpuMtpStack
+        too (the tests' lock, in which synth's lookup pinned the 27B from the local hub: tests/catalog/stand_in.py;
+        no lookup of the typed 35B: test_first_synth_lock.py), gives the templates build_app gave the tests."""
         from tests.catalog.stand_in import stand_in_lock
 
         lock = stand_in_lock(tmp_path)
-        args = ("-c", "spot=true", "-c", f"modelLock={lock}", "-c", "modelLookup=false", "-c", "allowTypedLock=true")
+        options = [a for k, v in OPTION_SETS["beijing-cost-saver"].items() for a in ("-c", f"{k}={v}")]
+        args = (*options, "-c", f"modelLock={lock}", "-c", "modelLookup=false", "-c", "allowTypedLock=true")
         out = self._cdk(tmp_path, "synth", *args, "--quiet", "-o", str(tmp_path / "cdk.out"))
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        for stack, template_file in synthesized["beijing-cost-saver"].items():
+            cli = _without_cli_metadata(json.loads((tmp_path / "cdk.out" / template_file.name).read_text()))
+            assert cli == json.loads(template_file.read_text()), stack
 
     def test_a_bad_option_fails_synth_in_one_line(self, tmp_path):
         out = self._cdk(tmp_path, "synth", "-c", "allowedCidrs=10.0.0.0/33", "--quiet", "-o", str(tmp_path / "o"))
@@ -258,9 +325,9 @@ def _wake_alarms(doc: dict) -> list[dict]:
     ]
 
 
-def test_a_group_at_zero_wakes_on_the_alb_503s(synthesized):
+def test_a_group_at_zero_wakes_on_the_alb_503s(synthesized, committed):
     for stack in STACK_NAMES:
-        doc = _template(synthesized["scale-from-zero"], stack)
+        doc = _template(synthesized["ningxia-from-zero"], stack)
         (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup").values()
         assert group["Properties"]["MinSize"] == "0"
         (alarm,) = _wake_alarms(doc)
@@ -273,7 +340,7 @@ def test_a_group_at_zero_wakes_on_the_alb_503s(synthesized):
         policy = doc["Resources"][action["Ref"]]["Properties"]
         assert policy["AdjustmentType"] == "ExactCapacity"
         assert policy["StepAdjustments"] == [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
-        assert not _wake_alarms(_template(synthesized["off-hours"], stack))  # opt-in only
+        assert not _wake_alarms(committed.template(stack))  # opt-in only
 
 
 def _door(doc: dict) -> dict | None:
@@ -282,13 +349,15 @@ def _door(doc: dict) -> dict | None:
     return functions[0]["Properties"] if functions else None
 
 
-def test_a_stack_that_sleeps_answers_through_the_wake_door_and_others_have_none(synthesized):
+def test_a_stack_that_sleeps_answers_through_the_wake_door_and_others_have_none(synthesized, committed, tmp_path):
     for stack in STACK_NAMES:
-        for option_set in ("scale-from-zero", "off-hours-wake"):
+        for option_set in SYNTHESIZED:  # both wake on a request: from zero, and after off hours on Spot
             doc = _template(synthesized[option_set], stack)
             door = _door(doc)
             assert door is not None, (option_set, stack)
-            assert door["Environment"]["Variables"]["WAKE_S"] == str(profile_by_stack(stack).wake_s)
+            options = load_options(OPTION_SETS[option_set], tmp_path / "absent.toml")
+            wake_s = plan_service(profile_by_stack(stack), options, ZONES).wake_s  # no warm pool in either set
+            assert door["Environment"]["Variables"]["WAKE_S"] == str(wake_s)
             (group,) = _resources(doc, "AWS::AutoScaling::AutoScalingGroup")
             # the group's fixed name, so the door does not wait for the group's creation signal
             assert (
@@ -299,17 +368,16 @@ def test_a_stack_that_sleeps_answers_through_the_wake_door_and_others_have_none(
             (rule,) = [r["Properties"] for r in rules]
             (servers,) = doc["Resources"][group]["Properties"]["TargetGroupARNs"]
             assert rule["Actions"][0]["ForwardConfig"]["TargetGroups"][0] == {"TargetGroupArn": servers, "Weight": 1}
-        assert _door(_template(synthesized["off-hours"], stack)) is None, stack  # opt-in only
+        assert _door(committed.template(stack)) is None, stack  # opt-in only
 
 
 def test_off_hours_with_wake_leave_the_maximum_so_a_request_can_scale_out(synthesized):
+    """The whole app; without wakeOnRequest off hours set the maximum to 0 too: test_fleet_scaling.py."""
     for stack in STACK_NAMES:
-        woken = _resources(_template(synthesized["off-hours-wake"], stack), "AWS::AutoScaling::ScheduledAction")
-        asleep = _resources(_template(synthesized["off-hours"], stack), "AWS::AutoScaling::ScheduledAction")
+        woken = _resources(_template(synthesized["beijing-cost-saver"], stack), "AWS::AutoScaling::ScheduledAction")
         off = [a["Properties"] for a in woken.values() if a["Properties"]["MinSize"] == 0]
         assert len(off) == 1 and off[0]["DesiredCapacity"] == 0 and off[0]["MaxSize"] > 0
-        assert [a["Properties"]["MaxSize"] for a in asleep.values() if a["Properties"]["MinSize"] == 0] == [0]
-        assert _wake_alarms(_template(synthesized["off-hours-wake"], stack))  # the backstop of the wake door
+        assert _wake_alarms(_template(synthesized["beijing-cost-saver"], stack))  # the backstop of the wake door
 
 
 def test_wake_on_request_without_a_group_at_zero_is_refused(tmp_path):

@@ -25,7 +25,7 @@ def test_root_volume_holds_the_ami_snapshot_the_model_and_the_image(templates, s
     size = mapping["Ebs"]["VolumeSize"]
     assert size == p.root_volume_gib
     # EC2 refuses a root volume smaller than the AMI's snapshot; what is left must hold the model and the image.
-    assert size - p.hardware.ami_root_snapshot_gib >= p.model.size_bytes / 1024**3 + p.fleet.image_pull_gib * 3
+    assert size - p.hardware.ami_root_snapshot_gib >= p.model.size_bytes / 1024**3 + p.fleet.boot.image_pull_gib * 3
 
 
 def test_gpu_volume_fits_the_deep_learning_ami():
@@ -48,7 +48,7 @@ def test_every_wait_covers_the_whole_first_boot(templates, stack):
 
 
 def test_a_boot_longer_than_a_hook_can_wait_is_refused():
-    slow = replace(PROFILES["graviton-moe"].fleet, planning_download_mib_s=2.0)
+    slow = PROFILES["graviton-moe"].fleet.changed(planning_download_mib_s=2.0)
     with pytest.raises(ProfileError, match=r"more than a launch lifecycle hook can wait \(7200 s\)"):
         replace(PROFILES["graviton-moe"], fleet=slow)
 
@@ -61,7 +61,7 @@ def test_warm_pool_instances_check_their_release(templates, stack):
     param = res[param_id]["Properties"]
     ud = user_data(t)
     assert param["Name"] == release_parameter_name(stack)
-    assert f'\nRELEASE={param["Value"]}\n' in ud  # the release rendered into this launch template
+    assert f"\nRELEASE={param['Value']}\n" in ud  # the release rendered into this launch template
     assert '!= "\\$RELEASE" ]]' in ud  # and compared with the parameter by the readiness script
     assert "--lifecycle-action-result ABANDON" in ud
     assert param_id in res["ServingGroup"]["DependsOn"]  # published before the rolling update starts
@@ -109,11 +109,12 @@ def test_vcpu_plan_counts_the_warm_pool_and_the_rolling_update(templates, stack)
         assert (plan["create"], plan["update"]) == (8, 12)  # g5.xlarge: 4 vCPUs each, not the 4 once quoted
 
 
-def test_the_quota_table_in_the_deploy_guide_matches_the_catalog():
-    readme = (ROOT / "docs" / "deploying.md").read_text().split("## vCPU quotas", 1)[-1]
+def test_the_quota_table_matches_the_catalog():
+    _, section = (ROOT / "docs" / "deploying.md").read_text().split("## vCPU quotas", 1)
+    section = section.split("\n## ", 1)[0]
     for p in PROFILES.values():
         plan = p.vcpu_plan()
-        row = re.search(rf"^\| `{p.stack_name}` \|[^\n]*", readme, flags=re.M)
+        row = re.search(rf"^\| `{p.stack_name}` \|[^\n]*", section, flags=re.M)
         assert row, f"docs/deploying.md has no quota row for {p.stack_name}"
         cells = [c.strip() for c in row.group(0).strip("|").split("|")]
         assert cells[2:5] == [str(plan["create"]), str(plan["update"]), str(plan["scale_out"])], cells

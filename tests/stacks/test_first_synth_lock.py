@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -149,8 +150,10 @@ def test_synth_opens_no_socket_when_every_model_is_listing_locked(tmp_path: Path
     assert all(_errors(app, s) == [] for s in ("GpuMtpStack", "GravitonMoeStack", "IntelMoeStack"))
 
 
-def _clone(tmp_path: Path) -> Path:
-    """The working tree as a fresh clone would have it (tracked and new files, nothing ignored), with the venv."""
+def _clone(tmp_path: Path, *stacks: str) -> Path:
+    """The working tree as a fresh clone would have it (tracked and new files, nothing ignored), with the venv, and
+    only the serving profiles of `stacks`: the CLI synthesizes every stack the app has, and these tests are about
+    the lock, not the other stacks (the whole app through the CLI: test_deploy_options.py)."""
     names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
                            check=True).stdout.decode().split("\0")  # fmt: skip
     clone = tmp_path / "clone"
@@ -160,6 +163,9 @@ def _clone(tmp_path: Path) -> Path:
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, clone / name)
     (clone / ".venv").symlink_to(ROOT / ".venv")
+    for profile in (clone / "profiles" / "serving").glob("*.toml"):
+        if tomllib.loads(profile.read_text()).get("stack") not in stacks:
+            profile.unlink()
     return clone
 
 
@@ -170,10 +176,11 @@ def _cdk(tmp_path: Path, clone: Path, *args: str, hub: str) -> subprocess.Comple
                           text=True, timeout=300)  # fmt: skip
 
 
-@pytest.mark.slow  # four CLI synths, about 40 s each here
+@pytest.mark.cli
+@pytest.mark.slow  # four CLI synths of one or two stacks
 class TestTheRealCli:
     def test_a_clone_without_a_lock_locks_on_first_synth_and_goes_on(self, tmp_path: Path):
-        clone = _clone(tmp_path)
+        clone = _clone(tmp_path, "GpuMtpStack")
         lock = _lock_copy(clone / "profiles", drop="Qwen3.6-27B")
         with LocalScope() as hub:
             hub.add_file(REPO, FILE, stand_in_gguf())
@@ -187,7 +194,7 @@ class TestTheRealCli:
         assert (tmp_path / "a" / "GpuMtpStack.template.json").is_file()
 
     def test_hub_down_refuses_the_unlocked_stack_only(self, tmp_path: Path):
-        clone = _clone(tmp_path)
+        clone = _clone(tmp_path, "GpuMtpStack", "GravitonMoeStack")
         lock = _lock_copy(clone / "profiles", drop="Qwen3.6-27B")  # no entry at all: nothing to plan from
         before = lock.read_bytes()
         refused = _cdk(tmp_path, clone, "synth", "GpuMtpStack", "--quiet", "-o", str(tmp_path / "b"), hub=DOWN)
@@ -204,7 +211,7 @@ class TestTheRealCli:
         assert "deploying it anyway (allowTypedLock = true)" in other.stdout + other.stderr
 
     def test_a_typed_entry_that_disagrees_refuses(self, tmp_path: Path):
-        clone = _clone(tmp_path)
+        clone = _clone(tmp_path, "GpuMtpStack")
         lock = _lock_copy(clone / "profiles", sha256="f" * 64)
         before = lock.read_bytes()
         with LocalScope() as hub:

@@ -151,9 +151,9 @@ def replay(resources: dict, physical: dict) -> None:
 
 
 @pytest.mark.parametrize("stack", STACK_NAMES)
-def test_stack_creates_and_wires_together_in_moto(assembly, stack):
+def test_stack_creates_and_wires_together_in_moto(committed, stack):
     profile = profile_by_stack(stack)
-    template, replayed, dropped = prepare(json.loads(json.dumps(assembly.get_stack_by_name(stack).template)))
+    template, replayed, dropped = prepare(committed.template(stack))
     assert all(
         d.startswith(("Image", "NetworkVpcRestrictDefaultSecurityGroup", "MonitoringDashboard")) for d in dropped
     ), dropped
@@ -173,7 +173,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
         name = group["AutoScalingGroupName"]
         assert name.startswith(f"{stack}-ServingGroup-")  # the pattern the instance role may complete hooks on
-        assert len(group["Instances"]) == profile.fleet.min_capacity
+        assert len(group["Instances"]) == profile.fleet.capacity.min_capacity
         assert group["HealthCheckType"] == "ELB"
 
         elbv2 = boto3.client("elbv2", region_name=REGION)
@@ -192,7 +192,7 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
         hooks = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=name)["LifecycleHooks"]
         assert sorted(h["LifecycleHookName"] for h in hooks) == sorted([DRAIN_HOOK, READY_HOOK])
         pool = autoscaling.describe_warm_pool(AutoScalingGroupName=name)["WarmPoolConfiguration"]
-        assert pool["PoolState"] == "Stopped" and pool["MinSize"] == profile.fleet.warm_pool_size
+        assert pool["PoolState"] == "Stopped" and pool["MinSize"] == profile.fleet.capacity.warm_pool_size
 
         policies = {
             p["PolicyARN"]: p for p in autoscaling.describe_policies(AutoScalingGroupName=name)["ScalingPolicies"]
@@ -212,21 +212,22 @@ def test_stack_creates_and_wires_together_in_moto(assembly, stack):
             (action,) = alarm["AlarmActions"]
             assert policies[action]["PolicyType"] == "StepScaling"
         backlog = [a for a in alarms if a.get("MetricName") == "RequestsDeferred" and not a["AlarmActions"]]
-        assert backlog and backlog[0]["Threshold"] == profile.fleet.deferred_alarm
+        assert backlog and backlog[0]["Threshold"] == profile.fleet.alarms.deferred_alarm
         rate = [a for a in alarms if a.get("Metrics")]
         assert rate and "errors / requests" in json.dumps(rate[0]["Metrics"])
 
 
 def test_the_wake_door_of_a_deployed_stack_wakes_it_and_routes_back(synthesized, monkeypatch):
-    """The scale-from-zero template created in moto, then the wake door's own code run with the environment moto
-    holds for its function (what the Lambda runtime gives it): the names it finds the rule and the group by are
-    the deployed ones, and a request at zero wakes the group."""
+    """The from-zero template (tests/whole_app.py: minimum 0, no warm pool, a request wakes it) created in moto,
+    then the wake door's own code run with the environment moto holds for its function (what the Lambda runtime
+    gives it): the names it finds the rule and the group by are the deployed ones, and a request at zero wakes the
+    group."""
     import importlib.util
 
     from stacks.wake_door import HANDLER
     from tests.stacks.test_wake_door_handler import alb_request
 
-    doc = json.loads(synthesized["scale-from-zero"]["IntelMoeStack"].read_text())
+    doc = json.loads(synthesized["ningxia-from-zero"]["IntelMoeStack"].read_text())
     template, replayed, _ = prepare(doc)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     with mock_aws():
@@ -256,9 +257,8 @@ def test_the_wake_door_of_a_deployed_stack_wakes_it_and_routes_back(synthesized,
         request = alb_request(door_tg)
         request["headers"]["authorization"] = "Bearer sk-deployed"
         answer = door.handler(request, None)
-        assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"] == str(
-            profile_by_stack("IntelMoeStack").wake_s
-        )
+        cold = profile_by_stack("IntelMoeStack").wake_up_s(warm_pool=False)  # a new instance, the S3 cache
+        assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"] == str(cold)
         (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
         assert group["DesiredCapacity"] == 1 and len(group["Instances"]) == 1
         elbv2 = boto3.client("elbv2", region_name=REGION)

@@ -9,18 +9,16 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import stacks.app
 from gguf_serve.catalog.lockfile import read_lock, render_lock
 from stacks.app import build_app
-from tests.conftest import ROOT
-from tests.stacks.conftest import cdk_context
+from tests.conftest import ROOT, cdk_context
 
 
 def _errors(app, stack: str) -> list[str]:
     return [str(m.data) for m in app.node.find_child(stack).node.metadata if m.type == "aws:cdk:error"]
 
 
-def test_one_models_refusal_and_a_broken_workstation_profile_stop_nothing_else(tmp_path: Path, monkeypatch) -> None:
+def test_one_models_refusal_and_a_broken_workstation_profile_stop_nothing_else(tmp_path: Path) -> None:
     profiles = Path(shutil.copytree(ROOT / "profiles", tmp_path / "profiles"))
     lock = profiles / "models.lock.toml"
     entries = read_lock(lock)
@@ -28,8 +26,7 @@ def test_one_models_refusal_and_a_broken_workstation_profile_stop_nothing_else(t
     entries["Qwen3.6-27B"] = replace(entries["Qwen3.6-27B"], header=big, locked_from="listing", sha256="a" * 64)
     lock.write_text(render_lock(entries))
     (profiles / "workstation" / "broken.toml").write_text('workstation = "no-such-card"\nmodel = "Qwen3.6-27B"\n')
-    monkeypatch.setattr(stacks.app, "PROFILES_DIR", profiles)
-    app = build_app({**cdk_context(), "modelLock": str(lock), "modelLookup": "false"},
+    app = build_app({**cdk_context(), "modelLock": str(lock), "modelLookup": "false"}, profiles_dir=profiles,
                     config_file=tmp_path / "absent.toml", stack_names=["GpuMtpStack", "IntelMoeStack"])  # fmt: skip
     (error,) = _errors(app, "GpuMtpStack")
     assert error.startswith("GpuMtpStack: profile 'gpu-mtp': Qwen3.6-27B needs") and "A10G" in error, error

@@ -23,10 +23,10 @@ def test_spot_spreads_over_the_listed_types_above_an_on_demand_base_of_what_the_
     policy = group["MixedInstancesPolicy"]
     types = [o["InstanceType"] for o in policy["LaunchTemplate"]["Overrides"]]
     assert types == ["c8i.4xlarge", "m8i.4xlarge"]
-    fleet = profile_by_stack("IntelMoeStack").fleet
+    capacity = profile_by_stack("IntelMoeStack").fleet.capacity
     distribution = policy["InstancesDistribution"]
     # The creation signal waits for min_capacity instances and a rolling update launches rolling_batch beside them.
-    assert distribution["OnDemandBaseCapacity"] == fleet.min_capacity + fleet.rolling_batch
+    assert distribution["OnDemandBaseCapacity"] == capacity.min_capacity + capacity.rolling_batch
     assert distribution["OnDemandPercentageAboveBaseCapacity"] == 0
     assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::WarmPool"]
 
@@ -41,7 +41,7 @@ def test_spot_spreads_over_the_listed_types_above_an_on_demand_base_of_what_the_
 )
 def test_a_spot_type_of_another_shape_is_refused_with_what_to_pick(alternative, message):
     p = profile_by_stack("IntelMoeStack")
-    fleet = replace(p.fleet, spot_instance_types=(alternative,))
+    fleet = p.fleet.changed(spot_instance_types=(alternative,))
     with pytest.raises(ProfileError, match=message):
         _check_spot_types(fleet, p.hardware, HARDWARE, p.model, "intel-moe.toml: fleet.spot_instance_types")
 
@@ -49,6 +49,6 @@ def test_a_spot_type_of_another_shape_is_refused_with_what_to_pick(alternative, 
 def test_a_spot_type_with_less_memory_than_the_plan_was_checked_against_is_refused():
     p = profile_by_stack("IntelMoeStack")
     small = {**HARDWARE, "m8i.4xlarge": replace(HARDWARE["m8i.4xlarge"], memory_gib=16)}
-    fleet = replace(p.fleet, spot_instance_types=("m8i.4xlarge",))
+    fleet = p.fleet.changed(spot_instance_types=("m8i.4xlarge",))
     with pytest.raises(ProfileError, match=r"m8i.4xlarge has 16 GiB of memory, less than c8i.4xlarge's 32"):
         _check_spot_types(fleet, p.hardware, small, p.model, "where")

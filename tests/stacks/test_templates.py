@@ -69,7 +69,7 @@ class TestEachStack:
         t, p = templates[stack], profile_by_stack(stack)
         (volume,) = only(t, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["BlockDeviceMappings"]
         assert (volume["Ebs"]["Iops"], volume["Ebs"]["Throughput"]) == (
-            p.fleet.volume_iops, p.fleet.volume_throughput_mibps
+            p.fleet.volume.volume_iops, p.fleet.volume.volume_throughput_mibps
         )  # fmt: skip
 
     def test_the_alb_keeps_the_slowest_answer_and_targets_the_servers_port(self, templates, stack):
@@ -82,14 +82,16 @@ class TestEachStack:
         tg = only(t, "AWS::ElasticLoadBalancingV2::TargetGroup")
         assert tg["Port"] == p.server.port
         tg_attrs = {a["Key"]: a["Value"] for a in tg["TargetGroupAttributes"]}
-        assert int(tg_attrs["deregistration_delay.timeout_seconds"]) == p.fleet.deregistration_delay_s >= 450
+        assert (
+            int(tg_attrs["deregistration_delay.timeout_seconds"]) == p.fleet.load_balancer.deregistration_delay_s >= 450
+        )
 
     def test_the_group_waits_for_the_profiles_minimum(self, templates, stack):
         t, p = templates[stack], profile_by_stack(stack)
         (asg,) = resources(t, "AWS::AutoScaling::AutoScalingGroup").values()
-        assert asg["CreationPolicy"]["ResourceSignal"]["Count"] == p.fleet.min_capacity
+        assert asg["CreationPolicy"]["ResourceSignal"]["Count"] == p.fleet.capacity.min_capacity
         assert (asg["Properties"]["MinSize"], asg["Properties"]["MaxSize"]) == (
-            str(p.fleet.min_capacity), str(p.fleet.max_capacity)
+            str(p.fleet.capacity.min_capacity), str(p.fleet.capacity.max_capacity)
         )  # fmt: skip
 
     def test_only_the_alb_reaches_the_server_port(self, templates, stack):
@@ -145,10 +147,10 @@ class TestEachStack:
         assert "/v1/chat/completions" in curl and "Authorization: Bearer" in curl
 
 
-def test_stacks_named_as_users_type_them(app):
+def test_stacks_named_as_users_type_them(committed):
     ec2 = ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack", "GravitonMoeHeadroomStack"]
     sagemaker = [name.removesuffix("Stack") + "SageMakerStack" for name in ec2]  # docs/sagemaker.md
-    assert sorted(s.node.id for s in app.node.children if hasattr(s, "stack_name")) == sorted(ec2 + sagemaker)
+    assert committed.stacks == sorted(ec2 + sagemaker)
     assert {p.stack_name for p in PROFILES.values()} == set(STACK_NAMES)
 
 
@@ -156,7 +158,7 @@ def test_stacks_named_as_users_type_them(app):
 class TestOperatingAtScale:
     def test_the_warm_pool_is_the_profiles_and_the_user_data_completes_the_groups_ready_hook(self, templates, stack):
         t, p = templates[stack], profile_by_stack(stack)
-        assert only(t, "AWS::AutoScaling::WarmPool")["MinSize"] == p.fleet.warm_pool_size
+        assert only(t, "AWS::AutoScaling::WarmPool")["MinSize"] == p.fleet.capacity.warm_pool_size
         ready = hook(t, "LAUNCHING")
         text = user_data(t)  # the hook's name quoted once into LAUNCH_HOOK, which the readiness script uses
         assert (
@@ -167,10 +169,10 @@ class TestOperatingAtScale:
         t, p = templates[stack], profile_by_stack(stack)
         drain = hook(t, "TERMINATING")
         # the drain deadline and the ALB's own drain: the deregistration delay is the longer one, a backstop
-        assert p.fleet.deregistration_delay_s >= p.fleet.drain_deadline_s
+        assert p.fleet.load_balancer.deregistration_delay_s >= p.fleet.drain.deadline_s
         ud = user_data(t)
         assert f"--drain-hook {drain['LifecycleHookName']}" in ud
-        assert f"--drain-deadline {p.fleet.drain_deadline_s}" in ud
+        assert f"--drain-deadline {p.fleet.drain.deadline_s}" in ud
 
     def test_the_monitoring_is_named_for_the_stack_and_follows_the_profiles_hardware(self, templates, stack):
         t, p = templates[stack], profile_by_stack(stack)

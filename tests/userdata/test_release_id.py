@@ -56,9 +56,9 @@ def test_the_runtime_spec_the_port_and_the_fleet_values_reach_the_id_from_the_pr
     base = release_id(BASE, TAG)
     assert release_id(InstanceSpec.of(PROFILE.with_server(ctx_per_slot=16384)), TAG) != base
     assert release_id(InstanceSpec.of(PROFILE.with_server(port=9090)), TAG) != base
-    slower = replace(PROFILE, fleet=replace(PROFILE.fleet, slowest_decode_tok_s=2.0))  # a derived value: the deadline
+    slower = replace(PROFILE, fleet=PROFILE.fleet.changed(slowest_decode_tok_s=2.0))  # a derived value: the deadline
     assert release_id(InstanceSpec.of(slower), TAG) != base
-    assert release_id(InstanceSpec.of(replace(PROFILE, fleet=replace(PROFILE.fleet, model_load_s=301))), TAG) != base
+    assert release_id(InstanceSpec.of(replace(PROFILE, fleet=PROFILE.fleet.changed(model_load_s=301))), TAG) != base
 
 
 @pytest.mark.parametrize("key", sorted(COVERED - {"i", "boot"}))

@@ -137,8 +137,8 @@ def _headroom(
     if stack is None:
         notes += [
             f"No stack deploys {target} yet. The closest is {base.stack_name} ({base.hardware.instance_type}, same "
-            f"model and settings): deploy it and raise the fleet's max capacity (now {base.fleet.max_capacity}) "
-            "for headroom.",
+            f"model and settings): deploy it and raise the fleet's max capacity (now "
+            f"{base.fleet.capacity.max_capacity}) for headroom.",
             f'To get {target}: add profiles/serving/<name>.toml with stack = "<Name>Stack", instance_type = '
             f'"{target}", model = "{model}" (README: "Adding a profile"), then `npx cdk deploy <Name>Stack`.',
         ]

@@ -329,4 +329,4 @@ def test_boot_script_runs_the_hop_with_the_drain_watch():
 
     text = (Path(__file__).parents[3] / "userdata" / "templates" / "boot.sh.j2").read_text()
     assert "--drain-imds http://169.254.169.254 --drain-deadline {{ i.drain_deadline_s }}" in text
-    assert all(p.fleet.deregistration_delay_s >= p.fleet.drain_deadline_s for p in PROFILES.values())
+    assert all(p.fleet.load_balancer.deregistration_delay_s >= p.fleet.drain.deadline_s for p in PROFILES.values())

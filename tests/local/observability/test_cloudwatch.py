@@ -5,21 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from aws_cdk.assertions import Template
 
 from gguf_serve.container.metrics import names
-from stacks.app import build_app
 from stacks.monitoring import TTFT_P95_ALARM_S
 from tests.committed import profile_by_stack
-from tests.conftest import cdk_context
 
 
 @pytest.fixture(scope="module")
-def templates() -> dict[str, dict]:
-    app = build_app(cdk_context())
-    return {
-        name: Template.from_stack(app.node.find_child(name)).to_json() for name in ("GpuMtpStack", "GravitonMoeStack")
-    }
+def templates(whole_apps) -> dict[str, dict]:
+    """The committed options' templates, the fast tier's shared synthesis (tests/whole_app.py)."""
+    return {name: whole_apps["committed"].template(name) for name in ("GpuMtpStack", "GravitonMoeStack")}
 
 
 @pytest.mark.parametrize("stack", ["GpuMtpStack", "GravitonMoeStack"])

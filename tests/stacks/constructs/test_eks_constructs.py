@@ -10,6 +10,9 @@ from gguf_serve.catalog import ProfileError
 from stacks.eks.cluster import ServingCluster
 from stacks.eks.nodes import ami_type
 from stacks.eks.stack import EksServingStack
+from stacks.errors import PropsError
+from stacks.options import DeployOptions
+from stacks.plan import plan_service
 from tests.committed import PROFILES
 
 
@@ -23,11 +26,11 @@ def test_an_admin_that_is_not_a_role_arn_is_refused(stack: cdk.Stack):
 
 def test_the_stack_needs_profiles_named_once(stack: cdk.Stack):
     app = stack.node.scope
-    with pytest.raises(ProfileError, match="eksProfiles=graviton-moe"):
-        EksServingStack(app, "Eks1", profiles=[], availability_zones=["cn-northwest-1a"])
-    twice = [PROFILES["graviton-moe"], PROFILES["graviton-moe"]]
-    with pytest.raises(ProfileError, match="names a profile twice"):
-        EksServingStack(app, "Eks2", profiles=twice, availability_zones=["cn-northwest-1a"])
+    with pytest.raises(PropsError, match="eksProfiles=graviton-moe"):
+        EksServingStack(app, "Eks1", plans=[], availability_zones=["cn-northwest-1a"])
+    once = plan_service(PROFILES["graviton-moe"], DeployOptions(), ("cn-northwest-1a",))
+    with pytest.raises(PropsError, match="names a profile twice"):
+        EksServingStack(app, "Eks2", plans=[once, once], availability_zones=["cn-northwest-1a"])
 
 
 @pytest.mark.parametrize(

@@ -11,17 +11,18 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.container.names import DRAIN_HEARTBEAT_S
-from stacks.app import apply_options
+from stacks.errors import PropsError
 from stacks.fleet import DRAIN_HOOK, READY_HOOK, ServingFleet
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.monitoring import ServiceMonitoring
 from stacks.options import DeployOptions
+from stacks.plan import plan_service
 from stacks.scaling import FleetScaling
 from tests.committed import profile_by_stack
 from userdata import DeploySettings, InstanceSpec
 
+ZONES = ("cn-northwest-1a", "cn-northwest-1b")
 DEPLOY = DeploySettings(**{f.name: f"<{f.name}>" for f in fields(DeploySettings)})
 
 
@@ -30,7 +31,8 @@ def _fleet(stack: cdk.Stack, stack_name: str = "IntelMoeStack", **overrides) -> 
     port = overrides.pop("port", p.server.port)
     props = {
         "hardware": p.hardware,
-        "fleet": p.fleet,
+        "capacity": p.fleet.capacity,
+        "volume": p.fleet.volume,
         "instance": replace(InstanceSpec.of(p), port=port),
         "deploy": DEPLOY,
         "image_tag": "x86-64-cpu-0123456789abcdef",
@@ -98,7 +100,7 @@ def test_the_root_volume_performance_and_the_instance_role_come_from_the_props(r
     p = profile_by_stack("GpuMtpStack")  # 3000 IOPS and 500 MiB/s, not the fleet defaults
     _fleet(regional_stack, "GpuMtpStack", root_volume_gib=77)
     t = Template.from_stack(regional_stack)
-    ebs = {"VolumeSize": 77, "Iops": p.fleet.volume_iops, "Throughput": p.fleet.volume_throughput_mibps}
+    ebs = {"VolumeSize": 77, "Iops": p.fleet.volume.volume_iops, "Throughput": p.fleet.volume.volume_throughput_mibps}
     t.has_resource_properties(
         "AWS::EC2::LaunchTemplate",
         {
@@ -131,15 +133,15 @@ def test_the_group_is_elb_checked_and_waits_for_its_instances_signals_within_the
                 {
                     "HealthCheckType": "ELB",
                     "HealthCheckGracePeriod": 1234,
-                    "MinSize": str(p.fleet.min_capacity),
-                    "MaxSize": str(p.fleet.max_capacity),
+                    "MinSize": str(p.fleet.capacity.min_capacity),
+                    "MaxSize": str(p.fleet.capacity.max_capacity),
                     "LaunchTemplate": Match.object_like({"LaunchTemplateId": Match.any_value()}),
                     "LaunchConfigurationName": Match.absent(),
                     "MixedInstancesPolicy": Match.absent(),
                     "CapacityRebalance": Match.absent(),
                 }
             ),
-            "CreationPolicy": {"ResourceSignal": {"Count": p.fleet.min_capacity, "Timeout": "PT20M34S"}},
+            "CreationPolicy": {"ResourceSignal": {"Count": p.fleet.capacity.min_capacity, "Timeout": "PT20M34S"}},
             "UpdatePolicy": Match.object_like(
                 {
                     "AutoScalingRollingUpdate": Match.object_like(
@@ -155,9 +157,9 @@ def test_the_group_is_elb_checked_and_waits_for_its_instances_signals_within_the
 def test_spot_is_capacity_optimized_above_an_on_demand_base_with_rebalancing(regional_stack, min_capacity):
     """The base is what a deploy or a rolling update waits for (min_capacity + rolling_batch); a group that may
     sleep at zero has none (tests/stacks/test_spot.py: the types it spreads over, in the whole app)."""
-    p = profile_by_stack("IntelMoeStack")
-    _fleet(regional_stack, fleet=replace(p.fleet, spot=True, min_capacity=min_capacity))
-    base = min_capacity + p.fleet.rolling_batch if min_capacity else 0
+    capacity = replace(profile_by_stack("IntelMoeStack").fleet.capacity, min_capacity=min_capacity)
+    _fleet(regional_stack, capacity=capacity, spot=True)
+    base = min_capacity + capacity.rolling_batch if min_capacity else 0
     Template.from_stack(regional_stack).has_resource_properties(
         "AWS::AutoScaling::AutoScalingGroup",
         {
@@ -178,10 +180,14 @@ def test_spot_is_capacity_optimized_above_an_on_demand_base_with_rebalancing(reg
 
 
 def _fleet_with_scaling(stack: cdk.Stack, stack_name: str, options: DeployOptions) -> Template:
-    """The fleet and its scaling built from the props apply_options gives this stack's profile for `options`."""
-    fleet_settings = apply_options(profile_by_stack(stack_name), options).fleet
-    fleet = _fleet(stack, stack_name, fleet=fleet_settings)
-    FleetScaling(stack, "Scaling", fleet=fleet_settings, asg=fleet.asg, no_target_503=None)
+    """The fleet and its scaling built from the props this stack's plan for `options` gives them (as ServingStack
+    passes them)."""
+    plan = plan_service(profile_by_stack(stack_name), options, ZONES)
+    fleet = _fleet(stack, stack_name, capacity=plan.capacity, spot=plan.spot)
+    f = plan.fleet
+    FleetScaling(
+        stack, "Scaling", capacity=plan.capacity, settings=f.scaling, warmup_s=f.boot.model_load_s, asg=fleet.asg
+    )
     return Template.from_stack(stack)
 
 
@@ -257,7 +263,7 @@ def test_the_instances_complete_and_heartbeat_only_the_hooks_of_their_own_stacks
     ],
 )
 def test_fleet_props_are_refused_with_what_to_change(regional_stack, override, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(PropsError, match=message):
         _fleet(regional_stack, **override)
 
 
@@ -267,10 +273,13 @@ def _monitoring(stack: cdk.Stack, stack_name: str, **overrides) -> Template:
     vpc = stack.node.find_child("Vpc")
     logs = cdk.aws_s3.Bucket(stack, "Logs")
     lb = InferenceLoadBalancer(
-        stack, "LoadBalancer", vpc=vpc, vpc_cidr=p.fleet.vpc_cidr, access_logs=logs, targets=[fleet.asg],
+        stack, "LoadBalancer", vpc=vpc, vpc_cidr=p.fleet.network.vpc_cidr, access_logs=logs, targets=[fleet.asg],
         target_port=fleet.port,
     )  # fmt: skip
-    props = {"name": stack_name, "fleet": p.fleet, "has_gpu": p.hardware.has_gpu, "mtp": p.mtp}
+    props = {
+        "name": stack_name, "alarms": p.fleet.alarms, "drain_deadline_s": p.fleet.drain.deadline_s,
+        "has_gpu": p.hardware.has_gpu, "mtp": p.mtp,
+    }  # fmt: skip
     ServiceMonitoring(
         stack, "Monitoring", asg=fleet.asg, alb=lb.alb, target_group=lb.target_group, **{**props, **overrides}
     )
@@ -320,7 +329,7 @@ def test_the_alarms_page_on_no_healthy_host_5xx_and_a_backlog_and_the_dashboard_
         {
             "AlarmDescription": Match.string_like_regexp("^IntelMoeStack: requests queue in llama-server"),
             "MetricName": "RequestsDeferred",
-            "Threshold": p.fleet.deferred_alarm,
+            "Threshold": p.fleet.alarms.deferred_alarm,
         },
     )
     assert not t.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"MetricName": "CPUUtilization"}})
@@ -330,7 +339,7 @@ def test_the_alarms_page_on_no_healthy_host_5xx_and_a_backlog_and_the_dashboard_
 
 
 def test_monitoring_refuses_an_empty_name(regional_stack):
-    with pytest.raises(ValueError, match=r"name is empty; pass the stack's name"):
+    with pytest.raises(PropsError, match=r"name is empty; pass the stack's name"):
         _monitoring(regional_stack, "IntelMoeStack", name="")
 
 
@@ -354,8 +363,7 @@ def test_an_always_on_group_alarms_on_no_healthy_host_and_on_no_data(regional_st
 
 
 def test_a_group_that_sleeps_alarms_only_while_instances_are_in_service(regional_stack):
-    fleet = replace(profile_by_stack("IntelMoeStack").fleet, min_capacity=0, wake_on_request=True)
-    t = _monitoring(regional_stack, "IntelMoeStack", fleet=fleet, wake_answers=DOOR_ANSWERS)
+    t = _monitoring(regional_stack, "IntelMoeStack", sleeps=True, wake_answers=DOOR_ANSWERS)
     alarm = _no_healthy_hosts(t)
     (expression,) = [m["Expression"] for m in alarm["Metrics"] if "Expression" in m]
     assert expression == "IF(FILL(serving, 0) >= 1, FILL(healthy, 0), 1)"
@@ -366,7 +374,9 @@ def test_a_group_that_sleeps_alarms_only_while_instances_are_in_service(regional
     assert "wake door answers" in body and "targetgroup/door/1" in body
 
 
-def test_off_hours_alone_also_counts_as_sleeping(regional_stack):
-    fleet = replace(profile_by_stack("IntelMoeStack").fleet, off_hours=(20, 8))
-    alarm = _no_healthy_hosts(_monitoring(regional_stack, "IntelMoeStack", fleet=fleet))
+@pytest.mark.parametrize("options", [DeployOptions(off_hours=(20, 8)), DeployOptions(min_capacity=0)])
+def test_off_hours_alone_or_no_minimum_alone_count_as_sleeping(regional_stack, options):
+    plan = plan_service(profile_by_stack("IntelMoeStack"), options, ZONES)
+    assert not plan_service(profile_by_stack("IntelMoeStack"), DeployOptions(), ZONES).sleeps
+    alarm = _no_healthy_hosts(_monitoring(regional_stack, "IntelMoeStack", sleeps=plan.sleeps))
     assert "Metrics" in alarm and "MetricName" not in alarm

@@ -3,8 +3,6 @@ alarm and its ExactCapacity step, and the refusal when the wake has no ALB metri
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_autoscaling as autoscaling
@@ -12,6 +10,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
+from stacks.errors import PropsError
 from stacks.scaling import FleetScaling
 from tests.committed import profile_by_stack
 
@@ -24,15 +23,20 @@ ELB_503 = cloudwatch.Metric(
 )
 
 
-def _scaled(stack: cdk.Stack, with_503: bool = True, **fleet_changes) -> Template:
+def _scaled(
+    stack: cdk.Stack, with_503: bool = True, off_hours=None, wake_on_request: bool = False, **fleet_changes
+) -> Template:
+    """FleetScaling as ServingStack builds it: the profile's [fleet] parts (changed by `fleet_changes`, keys as a
+    profile file names them) and the two deploy options it reads."""
+    fleet = FLEET.changed(**fleet_changes)
     vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0)
     asg = autoscaling.AutoScalingGroup(
         stack, "Group", vpc=vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
         instance_type=ec2.InstanceType("c8i.4xlarge"), machine_image=ec2.MachineImage.latest_amazon_linux2023(),
     )  # fmt: skip
     FleetScaling(
-        stack, "Scaling", fleet=replace(FLEET, **fleet_changes), asg=asg,
-        no_target_503=ELB_503 if with_503 else None,
+        stack, "Scaling", capacity=fleet.capacity, settings=fleet.scaling, warmup_s=fleet.boot.model_load_s,
+        off_hours=off_hours, wake_on_request=wake_on_request, asg=asg, no_target_503=ELB_503 if with_503 else None,
     )  # fmt: skip
     return Template.from_stack(stack)
 
@@ -58,7 +62,7 @@ def test_off_hours_with_wake_bring_the_group_to_zero_and_a_refused_request_sets_
     t = _scaled(stack, off_hours=(20, 8), wake_on_request=True)
     t.has_resource_properties(
         "AWS::AutoScaling::ScheduledAction",
-        {"Recurrence": "0 20 * * MON-FRI", "MinSize": 0, "MaxSize": FLEET.max_capacity, "DesiredCapacity": 0},
+        {"Recurrence": "0 20 * * MON-FRI", "MinSize": 0, "MaxSize": FLEET.capacity.max_capacity, "DesiredCapacity": 0},
     )
     t.has_resource_properties(
         "AWS::AutoScaling::ScalingPolicy",
@@ -77,7 +81,7 @@ def test_off_hours_with_wake_bring_the_group_to_zero_and_a_refused_request_sets_
 
 
 def test_wake_on_request_without_the_alb_metric_is_refused(stack):
-    with pytest.raises(ValueError, match=r"wake_on_request needs the load balancer's HTTPCode_ELB_503_Count"):
+    with pytest.raises(PropsError, match=r"wake_on_request needs the load balancer's HTTPCode_ELB_503_Count"):
         _scaled(stack, with_503=False, wake_on_request=True)
 
 

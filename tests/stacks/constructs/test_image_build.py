@@ -7,8 +7,8 @@ import re
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.images import IMAGE_TARGETS
+from stacks.errors import PropsError
 from stacks.image_build import ImageBuild
 
 X86, ARM = IMAGE_TARGETS["x86-64-cpu"], IMAGE_TARGETS["arm64-cpu"]
@@ -97,7 +97,7 @@ def test_build_args_and_the_mirror_reach_the_build_and_key_its_tags(regional_sta
     ],
 )
 def test_props_are_checked_before_anything_is_built(regional_stack, props, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(PropsError, match=message):
         ImageBuild(regional_stack, "Image", target=X86, **props)
     assert regional_stack.node.try_find_child("Image") is None
 

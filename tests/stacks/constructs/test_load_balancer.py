@@ -10,7 +10,8 @@ from aws_cdk import aws_elasticloadbalancingv2_targets as targets
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Match, Template
 
-from gguf_serve.catalog.errors import ProfileError
+from gguf_serve.catalog.fleet import LoadBalancerSettings
+from stacks.errors import PropsError
 from stacks.load_balancer import InferenceLoadBalancer
 
 CERT = "arn:aws-cn:acm:cn-northwest-1:111122223333:certificate/0a1b2c3d-1111-2222-3333-444455556666"
@@ -109,7 +110,7 @@ def test_allowed_cidrs_replace_the_vpc_as_callers(regional_stack):
 
 def test_the_delays_are_props(regional_stack):
     stack = regional_stack
-    _build(stack, idle_timeout_s=900, deregistration_delay_s=30)
+    _build(stack, settings=LoadBalancerSettings(alb_idle_timeout_s=900, deregistration_delay_s=30))
     t = Template.from_stack(stack)
     t.has_resource_properties(
         "AWS::ElasticLoadBalancingV2::TargetGroup",
@@ -121,13 +122,19 @@ def test_the_delays_are_props(regional_stack):
     ("props", "message"),
     [
         ({"target_port": 0}, r"target_port 0 must be 1-65535"),
-        ({"idle_timeout_s": 0}, r"idle_timeout_s 0 must be 1-4000; set fleet.alb_idle_timeout_s"),
-        ({"deregistration_delay_s": 3601}, r"deregistration_delay_s 3601 must be 0-3600; set fleet"),
+        (
+            {"settings": LoadBalancerSettings(alb_idle_timeout_s=0)},
+            r"idle_timeout_s 0 must be 1-4000; set fleet.alb_idle_timeout_s",
+        ),
+        (
+            {"settings": LoadBalancerSettings(deregistration_delay_s=3601)},
+            r"deregistration_delay_s 3601 must be 0-3600; set fleet",
+        ),
         ({"allowed_cidrs": ("10.8.0.0/33",)}, r"allowed CIDR '10.8.0.0/33' is not a network"),
         ({"certificate_arn": "my-cert"}, r"certificate 'my-cert' is not an ARN"),
     ],
 )
 def test_props_are_checked_before_anything_is_built(stack, props, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(PropsError, match=message):
         _build(stack, **props)
     assert stack.node.try_find_child("LoadBalancer") is None

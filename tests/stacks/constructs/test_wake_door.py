@@ -10,7 +10,7 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk.assertions import Match, Template
 
-from gguf_serve.catalog.errors import ProfileError
+from stacks.errors import PropsError
 from stacks.wake_door import GROUP_EVENTS, WOKEN_TAG, WakeDoor
 
 
@@ -143,5 +143,5 @@ def test_it_may_read_the_api_key_and_no_other_secret(regional_stack):
 
 @pytest.mark.parametrize("wake_s", [0, 3601])
 def test_a_wake_time_out_of_range_is_refused_with_what_to_check(regional_stack, wake_s):
-    with pytest.raises(ProfileError, match=rf"wake-up of {wake_s} s is outside 1-3600 s; check the profile's boot"):
+    with pytest.raises(PropsError, match=rf"wake-up of {wake_s} s is outside 1-3600 s; check the profile's boot"):
         _build(regional_stack, wake_s=wake_s)

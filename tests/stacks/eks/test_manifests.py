@@ -115,16 +115,16 @@ def test_the_pod_is_the_profile_one_source_of_truth(name):
     assert init["llama"]["restartPolicy"] == "Always"  # a sidecar: it outlives the hop's drain
     # probes sized from the load budget, the grace from the drain deadline
     startup = init["llama"]["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= profile.fleet.model_load_s
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= profile.fleet.boot.model_load_s
     assert startup["periodSeconds"] == STARTUP_PERIOD_S
-    assert pod["terminationGracePeriodSeconds"] == profile.fleet.drain_deadline_s + DRAIN_MARGIN_S
+    assert pod["terminationGracePeriodSeconds"] == profile.fleet.drain.deadline_s + DRAIN_MARGIN_S
     prestop = hop["lifecycle"]["preStop"]["exec"]["command"]
     wait = int(prestop[prestop.index("--wait") + 1])
-    assert profile.fleet.drain_deadline_s < wait < pod["terminationGracePeriodSeconds"]
-    assert hop["command"][hop["command"].index("--drain-deadline") + 1] == str(profile.fleet.drain_deadline_s)
+    assert profile.fleet.drain.deadline_s < wait < pod["terminationGracePeriodSeconds"]
+    assert hop["command"][hop["command"].index("--drain-deadline") + 1] == str(profile.fleet.drain.deadline_s)
     assert DRAIN_FILE in hop["command"] and DRAIN_FILE in prestop
     assert hop["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    assert deployment["spec"]["progressDeadlineSeconds"] >= profile.boot_budget_s - profile.fleet.package_install_s
+    assert deployment["spec"]["progressDeadlineSeconds"] >= profile.boot_budget_s - profile.fleet.boot.package_install_s
     # resources: the node's CPUs less one, the GPU where there is one, the model's node-local volume
     requests = init["llama"]["resources"]["requests"]
     assert requests["cpu"] == str(profile.hardware.vcpus - 1)

@@ -44,3 +44,9 @@ def on_sagemaker(stack_name: str):
     hosting = CATALOG.hosting[profile.hardware.instance_type]
     on = sagemaker_profile(profile, hosting)
     return on, hosting, plan_sagemaker(on, hosting)
+
+
+@pytest.fixture(scope="session")
+def assembly(committed) -> cdk.cx_api.CloudAssembly:
+    """The committed whole app's cloud assembly (tests/whole_app.py), read back: its SageMaker stacks are in it."""
+    return cdk.cx_api.CloudAssembly(str(committed.directory))

@@ -12,6 +12,7 @@ from aws_cdk.assertions import Match, Template
 
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.container.names import RUNTIME_SPEC_ENV
+from stacks.errors import PropsError
 from stacks.sagemaker.endpoint import SageMakerEndpoint
 from stacks.sagemaker.monitoring import EndpointMonitoring
 from stacks.sagemaker.network import EndpointNetwork
@@ -41,7 +42,7 @@ def test_the_network_has_no_way_out_but_the_vpc_endpoints(stack):
     ("cidr", "zones", "match"), [("10.0.0.0/8", 2, "use a /16 to /24"), ("10.0.0.0/16", 7, "max_azs 7 must be 1-6")]
 )
 def test_the_network_refuses_bad_props(stack, cidr, zones, match):
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(PropsError, match=match):
         EndpointNetwork(stack, "Network", cidr=cidr, max_azs=zones)
 
 

@@ -11,7 +11,7 @@ from aws_cdk.assertions import Annotations, Match
 from gguf_serve.catalog.hosting import sagemaker_profile, sagemaker_stack_name
 from gguf_serve.container.fetch.s3cache import S3Cache
 from gguf_serve.container.names import RUNTIME_SPEC_ENV
-from stacks.app import MODEL_LOCK_CONTEXT, build_app
+from stacks.app import MODEL_LOCK_CONTEXT, build_app, plan_app
 from tests.committed import CATALOG, PROFILES
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import STACK_NAMES
@@ -93,8 +93,9 @@ def test_a_type_missing_from_the_regions_hosting_list_is_said_not_refused(tmp_pa
 def test_a_model_without_a_pinned_sha256_refuses_only_its_sagemaker_stack(tmp_path):
     committed = ROOT / "profiles" / "models.lock.toml"  # the 27B is typed there, without a sha256
     ctx = {**cdk_context(), MODEL_LOCK_CONTEXT: str(committed.relative_to(ROOT))}
-    refusals: dict[str, str] = {}
     names = ["GpuMtpSageMakerStack", "GravitonMoeSageMakerStack"]
-    build_app(ctx, config_file=tmp_path / "absent.toml", stack_names=names, refusals=refusals)
+    plan = plan_app(ctx, config_file=tmp_path / "absent.toml", stack_names=names)
+    build_app(ctx, plan=plan, annotate_refusals=False)  # the SageMaker stacks' refusals go to the plan's
+    refusals = plan.refusals
     assert list(refusals) == ["GpuMtpSageMakerStack"]
     assert refusals["GpuMtpSageMakerStack"].startswith("GpuMtpSageMakerStack: model Qwen3.6-27B")

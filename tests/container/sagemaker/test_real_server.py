@@ -7,6 +7,7 @@ set, and SageMaker's side played by harness.py: pings from the start with the 2 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -50,7 +51,9 @@ def _start(binary: Path, root: Path, spec_json: str, port: int, log: Path) -> su
         "PATH": f"{binary.parent}:{os.environ.get('PATH', '')}",
     }
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-c", MAIN, str(root)], env=env, cwd=ROOT, stdout=out, stderr=out)
+        # Its own process group, as a container's processes are: the teardown ends llama-server with the supervisor.
+        return subprocess.Popen([sys.executable, "-c", MAIN, str(root)], env=env, cwd=ROOT, stdout=out, stderr=out,
+                                start_new_session=True)  # fmt: skip
 
 
 @pytest.fixture
@@ -63,9 +66,9 @@ def container(llama_server_binary, gemma_gguf, tmp_path) -> Iterator[tuple[subpr
         yield proc, pings, log
     finally:
         pings.stop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # SIGKILL to the group, as a stopped container's processes get
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _wait_ready(proc: subprocess.Popen, pings: Pings, log: Path, timeout: float = 240) -> None:

@@ -167,7 +167,7 @@ class ServingFleet(Construct):
             # update, only scale-out, across every listed type (capacity-optimized). A rebalance recommendation starts
             # a replacement before the interruption. No warm pool: PutWarmPool refuses a mixed instances policy.
             types = (self.launch_template.instance_type, *map(ec2.InstanceType, capacity.spot_instance_types))
-            on_demand = capacity.min_capacity + capacity.rolling_batch if capacity.min_capacity else 0
+            on_demand = capacity.on_demand_base()
             purchase = {
                 "mixed_instances_policy": autoscaling.MixedInstancesPolicy(
                     launch_template=self.launch_template,

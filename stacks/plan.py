@@ -48,6 +48,10 @@ class ServicePlan:
     def vcpu_plan(self) -> dict[str, int]:
         return self.capacity.vcpu_plan(self.hardware.vcpus)
 
+    def spot_vcpu_plan(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(On-Demand, Spot) vCPUs of a Spot group (Capacity.spot_vcpu_plan)."""
+        return self.capacity.spot_vcpu_plan(self.hardware.vcpus)
+
     @property
     def root_volume_gib(self) -> int:
         """0 until the model is locked (its size is part of the volume)."""

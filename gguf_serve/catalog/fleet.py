@@ -43,6 +43,26 @@ class Capacity:
             "scale_out": (self.max_capacity + self.warm_pool_size) * vcpus_per_instance,
         }
 
+    def on_demand_base(self) -> int:
+        """A Spot group's On-Demand instances: what a deploy or a rolling update waits for (min_capacity plus the
+        rolling batch), so an empty Spot pool never stalls either; none for a group that sleeps at zero."""
+        return self.min_capacity + self.rolling_batch if self.min_capacity else 0
+
+    def spot_vcpu_plan(self, vcpus_per_instance: int) -> tuple[dict[str, int], dict[str, int]]:
+        """A Spot group's vcpu_plan split into (On-Demand, Spot): the base runs On-Demand, the rest on Spot (its
+        types have the same vCPUs: checked at load). A Spot group has no warm pool."""
+        base, running = (
+            self.on_demand_base(),
+            {
+                "create": self.min_capacity,
+                "update": self.min_capacity + self.rolling_batch,
+                "scale_out": self.max_capacity,
+            },
+        )
+        on_demand = {phase: min(n, base) * vcpus_per_instance for phase, n in running.items()}
+        spot = {phase: max(n - base, 0) * vcpus_per_instance for phase, n in running.items()}
+        return on_demand, spot
+
 
 @dataclass(frozen=True)
 class RootVolume:

@@ -106,10 +106,12 @@ def vcpu_quotas(plan: DeployPlan, client: Clients) -> Iterator[Result]:
     quotas = client("service-quotas")
     need: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     stacks: dict[str, list[str]] = defaultdict(list)
-    for s in plan.stacks:  # stacks that draw on the same quota add up
-        for phase, vcpus in s.vcpus.items():
-            need[s.quota_code][phase] += vcpus
-        stacks[s.quota_code].append(s.stack_name)
+    for s in plan.stacks:  # stacks that draw on the same quota add up; a Spot group draws on two
+        for code, vcpus_by_phase in ((s.quota_code, s.vcpus), (s.spot_quota_code, s.spot_vcpus)):
+            if code and any(vcpus_by_phase.values()):
+                for phase, vcpus in vcpus_by_phase.items():
+                    need[code][phase] += vcpus
+                stacks[code].append(s.stack_name)
     for code, phases in sorted(need.items()):
         quota = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
         value, title = int(quota["Value"]), f"vCPU quota {quota.get('QuotaName', code)}"

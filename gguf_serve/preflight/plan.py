@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,16 @@ class StackPlan:
     ami_parameter: str
     root_volume_gib: int  # 0: not planned yet (the model has no lock entry)
     zones: tuple[str, ...]
-    vcpus: dict[str, int]  # create / update / scale_out
+    vcpus: dict[str, int]  # create / update / scale_out, against quota_code
     quota_code: str
     build_images: tuple[tuple[str, str, str], ...]  # CodeBuild (environment type, image, compute type)
     endpoint_services: tuple[tuple[str, tuple[str, ...]], ...]  # (service name, zones of its subnets; () gateway)
     bootstrap_version: int  # the lowest CDK bootstrap stack version the template accepts
     functions: tuple[str, ...] = ()  # Lambda functions' logical ids (the image build's trigger, WakeDoor...)
     network: NetworkPlan = NetworkPlan()
+    # spot=true: Spot above the On-Demand base (Capacity.on_demand_base); quota_code and vcpus are the base's
+    spot_vcpus: dict[str, int] = field(default_factory=dict)
+    spot_quota_code: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,10 @@ def deploy_plan(
             ami_parameter=service.hardware.ami_ssm_parameter,
             root_volume_gib=service.root_volume_gib,
             zones=tuple(sorted(service.vpc_zones)),
-            vcpus=service.vcpu_plan(),
-            quota_code=quota_code(service.hardware.has_gpu, service.spot),
+            vcpus=service.vcpu_plan() if not service.spot else service.spot_vcpu_plan()[0],
+            quota_code=quota_code(service.hardware.has_gpu, spot=False),
+            spot_vcpus=service.spot_vcpu_plan()[1] if service.spot else {},
+            spot_quota_code=quota_code(service.hardware.has_gpu, spot=True) if service.spot else "",
             build_images=images.get(service.image.name, ()),  # an unlocked stack: those of its image target
             endpoint_services=tuple(sorted(_endpoint_services(templates[name], region))),
             bootstrap_version=_bootstrap_version(templates[name]),

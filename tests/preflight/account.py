@@ -68,7 +68,9 @@ class Account:
             offers = [{"InstanceType": s.instance_type, "LocationType": "availability-zone", "Location": z}
                       for z in sorted(self.offered_zones[s.instance_type])]  # fmt: skip
             stub["ec2"].add_response("describe_instance_type_offerings", {"InstanceTypeOfferings": offers})
-        for code in sorted({s.quota_code for s in self.plan.stacks}):
+        codes = {c for s in self.plan.stacks for c, v in ((s.quota_code, s.vcpus), (s.spot_quota_code, s.spot_vcpus))
+                 if c and any(v.values())}  # fmt: skip
+        for code in sorted(codes):
             stub["service-quotas"].add_response(
                 "get_service_quota",
                 {"Quota": {"QuotaCode": code, "QuotaName": f"Running On-Demand {code}", "Value": self.quotas[code]}},

@@ -162,11 +162,25 @@ def test_plan_reads_deploy_options(tmp_path):
     config = tmp_path / "deploy.toml"
     config.write_text("spot = true\n")
     spot = deploy_plan(["IntelMoeStack", "GpuMtpStack"], config_file=config, context=cdk_context())
-    codes = {s.stack_name: s.quota_code for s in spot.stacks}
-    assert codes == {"IntelMoeStack": "L-34B43A08", "GpuMtpStack": G_AND_VT_ON_DEMAND}
+    codes = {s.stack_name: (s.quota_code, s.spot_quota_code) for s in spot.stacks}
+    assert codes == {"IntelMoeStack": (STANDARD_ON_DEMAND, "L-34B43A08"), "GpuMtpStack": (G_AND_VT_ON_DEMAND, "")}
     (intel,) = [s for s in spot.stacks if s.stack_name == "IntelMoeStack"]
-    assert intel.vcpus["create"] == 16  # Spot: no warm pool, so one instance at create
+    # Spot: no warm pool; the first instance and an update's run On-Demand (the base), the rest of a scale-out on Spot
+    assert intel.vcpus == {"create": 16, "update": 32, "scale_out": 32}
+    assert intel.spot_vcpus == {"create": 0, "update": 0, "scale_out": 32}
     assert intel.zones == ("cn-northwest-1a", "cn-northwest-1b")
+
+
+def test_a_spot_stack_needs_on_demand_quota_for_its_base_and_spot_quota_only_to_scale_out(tmp_path):
+    config = tmp_path / "deploy.toml"
+    config.write_text("spot = true\n")
+    plan = deploy_plan(["IntelMoeStack"], config_file=config, context=cdk_context())
+    account = Account(plan)
+    account.quotas = {STANDARD_ON_DEMAND: 32.0, "L-34B43A08": 0.0}  # the base fits; no Spot quota at all
+    quotas = {r.check.split()[-1]: r for r in account.check() if r.check.startswith("vCPU quota")}
+    assert quotas[STANDARD_ON_DEMAND].status is Status.OK, quotas  # 16 at create, 32 during an update
+    spot = quotas["L-34B43A08"]
+    assert spot.status is Status.WARN and "L-34B43A08 >= 32" in spot.todo, spot  # scale-out only: not a blocker
 
 
 @pytest.mark.parametrize("entry", ["typed", "none"])

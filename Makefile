@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION ?= 20
 # that every synth (pytest, `npx cdk`, whatever HOME it is given) finds the staged sources.
 export LLAMA_SERVER_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gguf-serve
 
-.PHONY: prereqs demo test test-fast test-cli test-e2e test-fresh test-images test-images-arm64 test-images-cuda synth lint llama-server image-sources preflight clean
+.PHONY: prereqs demo test test-fast test-scan test-cli test-e2e test-fresh test-images test-images-arm64 test-images-cuda synth lint llama-server image-sources preflight clean
 
 ## prereqs: what the commands cannot install themselves, checked first (one line per missing package)
 prereqs:
@@ -21,12 +21,16 @@ demo: prereqs $(STAMP) node_modules/.installed llama-server
 	$(PY) -m gguf_serve.local.demo
 
 # One pytest marker per tier (pyproject.toml); the opt-in tiers (arm64, cuda, rehearsal) are not part of `test`.
-## test: set up everything, then run every tier CI runs: fast, cli, e2e, fresh, images (the x86-64 image in Docker)
-test: prereqs test-fast test-cli test-e2e test-fresh test-images
+## test: set up everything, then run every tier CI runs: fast, scan, cli, e2e, fresh, images (the x86-64 image in Docker)
+test: prereqs test-fast test-scan test-cli test-e2e test-fresh test-images
 
-## test-fast: catalog, synth, cdk-nag, cfn-lint, snapshots, lint (no llama-server, no Docker), in parallel
+## test-fast: catalog, synth, cdk-nag, snapshots, moto, units, lint (no llama-server, no Docker, no scanners), in parallel
 test-fast: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources
 	$(PY) -m pytest -m fast -n auto
+
+## test-scan: cfn-lint (cn-northwest-1) and checkov over every synthesized template, whole-app option sets included
+test-scan: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources
+	$(PY) -m pytest -m scan -n auto
 
 ## test-cli: `npx cdk synth|bootstrap` as users run them: lock on first synth, a bad option, the CLI's templates
 test-cli: $(STAMP) node_modules/.installed image-sources

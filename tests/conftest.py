@@ -17,7 +17,7 @@ from gguf_serve.local.hub import LocalScope
 
 ROOT = Path(__file__).resolve().parent.parent
 # The test tiers, one registered marker each (pyproject.toml); a test without one is `fast`.
-TIERS = ("e2e", "cli", "fresh", "images", "arm64", "cuda", "rehearsal")
+TIERS = ("e2e", "cli", "scan", "fresh", "images", "arm64", "cuda", "rehearsal")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects: the `fast` marker must be there when it does

@@ -40,6 +40,7 @@ def _cli_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.scan
 @pytest.mark.slow
 def test_every_whole_app_option_set_synthesizes_cfn_lint_clean(synthesized):
     files = [str(f) for stacks in synthesized.values() for f in stacks.values()]

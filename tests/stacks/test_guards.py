@@ -87,6 +87,7 @@ def test_cdk_nag_has_no_unacknowledged_findings_and_every_acknowledgement_has_a_
     ]
 
 
+@pytest.mark.scan
 @pytest.mark.slow
 def test_cfn_lint_cn_northwest_1_has_zero_findings(template_files):
     out = subprocess.run(
@@ -98,6 +99,7 @@ def test_cfn_lint_cn_northwest_1_has_zero_findings(template_files):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.scan
 def test_cfn_lint_catches_an_instance_type_absent_from_ningxia(tmp_path, template_files):
     """The lint is real: a type that does not exist in cn-northwest-1 fails."""
     doc = json.loads(template_files["GravitonMoeStack"].read_text())

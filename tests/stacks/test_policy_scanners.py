@@ -34,6 +34,7 @@ def _templates_dir(tmp_path: Path, files: list[Path]) -> Path:
     return tmp_path
 
 
+@pytest.mark.scan
 @pytest.mark.slow
 def test_checkov_finds_nothing_unreasoned_in_any_whole_app_option_set(tmp_path, template_files, synthesized):
     files = [*template_files.values(), *(f for stacks in synthesized.values() for f in stacks.values())]
@@ -50,6 +51,7 @@ def test_every_skip_carries_a_reason(template_files):
                 assert skip["id"].startswith("CKV_") and len(skip["comment"]) >= 40, (rid, skip)
 
 
+@pytest.mark.scan
 def test_checkov_is_real_without_the_reasons(tmp_path, synthesized, template_files):
     """Negative control: strip the accepted findings and checkov reports them, one kind per rule (the wake door's
     function exists only with wakeOnRequest, the SageMaker execution role only in a SageMaker stack)."""

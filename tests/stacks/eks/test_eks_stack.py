@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stacks.eks.workload import FIRST_NODE_PORT, PROFILE_LABEL
 from tests.conftest import ROOT
 from tests.stacks.eks.conftest import ADMIN, PROFILES, flat, kube_objects, resources
@@ -93,6 +95,7 @@ def _containers(deployment: dict) -> list[dict]:
     return [*spec.get("initContainers", []), *spec["containers"]]
 
 
+@pytest.mark.scan
 def test_cfn_lint_finds_nothing(eks_assembly):
     out = subprocess.run(
         [str(Path(sys.executable).parent / "cfn-lint"), "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--",
@@ -102,6 +105,7 @@ def test_cfn_lint_finds_nothing(eks_assembly):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.scan
 def test_checkov_finds_nothing_unreasoned(eks_assembly, tmp_path):
     checkov = ROOT / ".venv-checkov" / "bin" / "checkov"
     (tmp_path / "eks.template.json").write_text(eks_assembly.read_text())

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -326,7 +325,10 @@ def test_a_first_boot_into_the_warm_pool_and_a_rebalance_recommendation_do_not_d
 def test_boot_script_runs_the_hop_with_the_drain_watch():
     """The rendered unit passes what the drain needs; the deadline is the fleet's (one source of truth)."""
     from tests.committed import PROFILES
+    from tests.userdata.test_boot_script import BOOT
+    from userdata import InstanceSpec, render_user_data
 
-    text = (Path(__file__).parents[3] / "userdata" / "templates" / "boot.sh.j2").read_text()
-    assert "--drain-imds http://169.254.169.254 --drain-deadline {{ i.drain_deadline_s }}" in text
+    for p in PROFILES.values():
+        text = render_user_data(InstanceSpec.of(p), BOOT)
+        assert f"--drain-imds http://169.254.169.254 --drain-deadline {p.fleet.drain.deadline_s} " in text, p.name
     assert all(p.fleet.load_balancer.deregistration_delay_s >= p.fleet.drain.deadline_s for p in PROFILES.values())

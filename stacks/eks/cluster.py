@@ -22,8 +22,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v33 import KubectlV33Layer
 from constructs import Construct
 
-from gguf_serve.catalog import ProfileError
 from stacks.eks.workload import NAMESPACE
+from stacks.errors import PropsError
 
 # The kubectl layer's minor version (the PyPI package aws-cdk.lambda-layer-kubectl-v33 ships kubectl 1.33) is the
 # cluster's: kubectl supports one minor version of skew either way (Kubernetes version skew policy).
@@ -115,9 +115,9 @@ _ALL_LOGS = (
 
 def _check(name: str, admin_role_arns: tuple[str, ...]) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", name):
-        raise ProfileError(f"EKS cluster name {name!r}: letters, digits, '-' and '_', at most 100")
+        raise PropsError(f"EKS cluster name {name!r}: letters, digits, '-' and '_', at most 100")
     for arn in admin_role_arns:
         if not re.match(_ADMIN_ARN, arn):
-            raise ProfileError(
+            raise PropsError(
                 f"eksAdminRoles: {arn!r} is not an IAM role ARN; write arn:aws-cn:iam::<account>:role/<name>"
             )

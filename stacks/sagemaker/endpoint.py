@@ -25,11 +25,11 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.hosting import SageMakerPlan
 from gguf_serve.container.names import RUNTIME_SPEC_ENV
 from gguf_serve.container.sagemaker import contract
 from gguf_serve.container.spec import RuntimeSpec
+from stacks.errors import PropsError
 from stacks.nag import acknowledge
 
 
@@ -180,11 +180,11 @@ class SageMakerEndpoint(Construct):
 
 def _check_props(endpoint_name: str, spec_json: str, subnets: list[str]) -> None:
     if not 1 <= len(endpoint_name) <= 63 or not endpoint_name.replace("-", "").isalnum():
-        raise ProfileError(f"SageMaker endpoint name {endpoint_name!r}: 1-63 letters, digits and hyphens")
+        raise PropsError(f"SageMaker endpoint name {endpoint_name!r}: 1-63 letters, digits and hyphens")
     if len(spec_json) > contract.ENV_VALUE_MAX:
-        raise ProfileError(
+        raise PropsError(
             f"SageMaker endpoint: the runtime spec is {len(spec_json)} characters; a model's Environment value takes "
             f"at most {contract.ENV_VALUE_MAX}: shorten the profile or model name"
         )
     if not subnets:
-        raise ProfileError("SageMaker endpoint: no subnets; pass the isolated subnets of the endpoint's VPC")
+        raise PropsError("SageMaker endpoint: no subnets; pass the isolated subnets of the endpoint's VPC")

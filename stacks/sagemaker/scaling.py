@@ -21,7 +21,7 @@ from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
-from gguf_serve.catalog.errors import ProfileError
+from stacks.errors import PropsError
 
 # A scale-in stops an instance with SIGTERM and SIGKILL 30 s later: a stream still running then is cut. A long
 # cooldown keeps scale-ins rare; the cut-streams alarm counts any (stacks/sagemaker/monitoring.py).
@@ -52,9 +52,9 @@ class EndpointScaling(Construct):
         target_concurrency: concurrent requests per instance to hold (slots x target_busy_slot_ratio), above 0.
         """
         if not 1 <= min_instances <= max_instances:
-            raise ProfileError(f"endpoint scaling: need 1 <= min {min_instances} <= max {max_instances} instances")
+            raise PropsError(f"endpoint scaling: need 1 <= min {min_instances} <= max {max_instances} instances")
         if not target_concurrency > 0:
-            raise ProfileError(f"endpoint scaling: target_concurrency {target_concurrency} must be above 0")
+            raise PropsError(f"endpoint scaling: target_concurrency {target_concurrency} must be above 0")
         super().__init__(scope, construct_id)
         role_arn = Stack.of(self).format_arn(
             service="iam", region="", resource="role", resource_name=SERVICE_LINKED_ROLE

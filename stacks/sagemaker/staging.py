@@ -27,6 +27,7 @@ from constructs import Construct
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.images import BUILD_POLL_INTERVAL_S, CUSTOM_RESOURCE_MAX_WAIT_S
 from gguf_serve.container.spec import RuntimeSpec
+from stacks.errors import PropsError
 from stacks.nag import account_in_finding, acknowledge, arn_of
 
 HANDLERS = Path(__file__).resolve().parent.parent / "handlers"
@@ -78,7 +79,7 @@ class ModelStaging(Construct):
         if not model.sha256:
             raise ProfileError(f"model staging: {model.name} has no pinned sha256; lock it before a SageMaker deploy")
         if not 0 < timeout_s < CUSTOM_RESOURCE_MAX_WAIT_S:
-            raise ProfileError(f"model staging: timeout_s {timeout_s} must be 1 to {CUSTOM_RESOURCE_MAX_WAIT_S - 1}")
+            raise PropsError(f"model staging: timeout_s {timeout_s} must be 1 to {CUSTOM_RESOURCE_MAX_WAIT_S - 1}")
         super().__init__(scope, construct_id)
         prefix = f"{STAGING_PREFIX}/{model.sha256}"
         self.prefix_uri = f"s3://{bucket.bucket_name}/{prefix}/"

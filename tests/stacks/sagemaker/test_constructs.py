@@ -77,7 +77,7 @@ def test_staging_refuses_an_unpinned_model_and_a_wait_past_cloudformations(stack
     unpinned = replace(runtime, model=replace(runtime.model, sha256=None))
     with pytest.raises(ProfileError, match="has no pinned sha256; lock it before a SageMaker deploy"):
         ModelStaging(stack, "A", runtime=unpinned, bucket=bucket, context=assets[0], sources=assets[1], timeout_s=60)
-    with pytest.raises(ProfileError, match="timeout_s 3600 must be 1 to 3599"):
+    with pytest.raises(PropsError, match="timeout_s 3600 must be 1 to 3599"):
         ModelStaging(stack, "B", runtime=runtime, bucket=bucket, context=assets[0], sources=assets[1], timeout_s=3600)
 
 
@@ -140,7 +140,7 @@ def test_a_gpu_variant_takes_its_driver_ami_and_no_kms_key_on_instance_storage(s
     ],
 )
 def test_the_endpoint_refuses_bad_props(stack, bucket, changes, match):
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(PropsError, match=match):
         _endpoint(stack, bucket, "GravitonMoeStack", **changes)
 
 
@@ -148,7 +148,7 @@ def test_a_runtime_spec_over_an_environment_value_is_refused(stack, bucket):
     profile, _, _ = on_sagemaker("GravitonMoeStack")
     runtime = profile.runtime()
     long = replace(runtime, name="p" * 600)
-    with pytest.raises(ProfileError, match=r"runtime spec is \d+ characters; a model's Environment value takes at"):
+    with pytest.raises(PropsError, match=r"runtime spec is \d+ characters; a model's Environment value takes at"):
         _endpoint(stack, bucket, "GravitonMoeStack", runtime=long)
 
 
@@ -180,7 +180,7 @@ def test_scaling_tracks_concurrent_requests_per_model_against_the_slots(stack):
     ("bounds", "target", "match"), [((0, 2), 1.0, "need 1 <= min 0"), ((3, 2), 1.0, "<= max 2"), ((1, 2), 0, "above 0")]
 )
 def test_scaling_refuses_bad_props(stack, bounds, target, match):
-    with pytest.raises(ProfileError, match=match):
+    with pytest.raises(PropsError, match=match):
         EndpointScaling(stack, "S", endpoint_name="e", variant_name="v", endpoint=cdk.CfnWaitConditionHandle(
             stack, "E"), min_instances=bounds[0], max_instances=bounds[1], target_concurrency=target)  # fmt: skip
 

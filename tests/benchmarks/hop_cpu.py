@@ -127,7 +127,7 @@ def main() -> int:
     rows = []
     try:
         for streams in a.streams:
-            hop, port = start(hop_cmd)
+            hop, port = start([*hop_cmd, "--slots", str(streams)])  # an upstream that serves every stream at once
             try:
                 requests = a.requests or max(1, 4096 // a.tokens)
                 asyncio.run(load(port, min(streams, 4), 1, 16, 0))  # warm-up: imports, first connections

@@ -132,7 +132,7 @@ class ProxyServer:
         self.upstream = UpstreamPool(
             self.upstream_host,
             self.upstream_port,
-            size=self.admission.slots + UPSTREAM_SPARE,
+            size=(self.admission.limit or self.admission.slots) + UPSTREAM_SPARE,  # a burst the hop admits, kept
             connect_timeout_s=self.limits.connect_timeout_s,
         )
         self._connections = ConnectionTable(self.limits.max_connections, self.limits.overflow_connections)
@@ -633,6 +633,7 @@ class _Exchange:
         self._body_deadline: float | None = None
         self._resend: list[h11.Event] | None = None  # sent on a kept connection, no answer byte yet: can go again
         self._resend_bytes = 0
+        self._framed: list[bytes] = []  # framed for llama-server, not written yet
         self._keep_alive = False  # llama-server's answer leaves the connection open (HTTP/1.1, no Connection: close)
         self._answer_read = False  # and it was read to its end
         self._task: asyncio.Task[Any] | None = None
@@ -668,8 +669,8 @@ class _Exchange:
                 self._observe(502)
                 await conn._refuse(502, "llama-server closed the connection without an answer")
         finally:
+            self._release()  # first: the next request may take it while the body pump stops
             await self._stop_body()
-            self._release()
         if self.record is not None and self.record.finished is None:
             self.record.finished = time.monotonic()
             self.server.metrics.observe(self.record)
@@ -684,6 +685,7 @@ class _Exchange:
         except (OSError, TimeoutError) as e:
             raise _Unreachable(str(e) or type(e).__name__) from None
         self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self._framed = []
         again, self._resend = self._resend, [] if upstream.reused else None
         if again:
             upstream.writer.write(b"".join([self.up.send(event) for event in again]))
@@ -694,13 +696,21 @@ class _Exchange:
         await self._relay_watched(upstream.reader, self._body)
 
     def _send_up(self, event: h11.Event) -> None:
-        assert self.upstream is not None
-        self.upstream.writer.write(self.up.send(event))  # type: ignore[arg-type]
+        """Frame an event for llama-server; _flush_up writes what is framed (a head and a body that came with it
+        go out in one write)."""
+        self._framed.append(self.up.send(event))  # type: ignore[arg-type]
         if self._resend is not None:
             self._resend.append(event)
             self._resend_bytes += len(event.data) if isinstance(event, h11.Data) else 0
             if self._resend_bytes > RESEND_MAX_BYTES:
                 self._resend = None
+
+    async def _flush_up(self) -> None:
+        assert self.upstream is not None
+        if self._framed:
+            self.upstream.writer.write(b"".join(self._framed))
+            self._framed.clear()
+        await self.upstream.writer.drain()
 
     async def _stop_body(self) -> None:
         body, self._body = self._body, None
@@ -790,6 +800,7 @@ class _Exchange:
         while not self._body_in:
             event = conn.h11.next_event()
             if event is h11.NEED_DATA:
+                await self._flush_up()
                 if conn.h11.they_are_waiting_for_100_continue:
                     await conn._send(h11.InformationalResponse(status_code=100, headers=[]))
                 if conn.peer_eof:
@@ -812,10 +823,9 @@ class _Exchange:
                 self._send_up(h11.EndOfMessage())
                 self._body_in = True
                 conn.place(BUSY)
+                await self._flush_up()
             else:
                 raise _ClientGone(f"unexpected {type(event).__name__}")
-            assert self.upstream is not None
-            await self.upstream.writer.drain()
         # The body is in. A read that ends (EOF or reset) means the client left: stop the answer, free the slot.
         while not conn.peer_eof and len(conn.h11.trailing_data[0]) <= limits.max_header_bytes:
             try:
@@ -889,24 +899,27 @@ class _Exchange:
         """An SSE answer, chunked both ways: each read is decoded in one call, its tokens timed, and its payload
         sent to the client as one chunk; h11 frames the head and the last chunk. The hop's cost per token."""
         conn, record, decoder = self.conn, self.record, ChunkedDecoder()
-        data = buffered
+        assert record is not None  # a scanner exists only for a measured request
+        data, chunk = buffered, b""
         while True:
             if data:
                 payload = decoder.feed(data)
+                chunk = b"%x\r\n%b\r\n" % (len(payload), payload) if payload else b""
                 if payload:
                     scanner.feed(payload, time.monotonic())
-                    await conn._write(b"%x\r\n%b\r\n" % (len(payload), payload))
-                    if scanner.done and record is not None:
-                        record.answered = True  # a client may leave at [DONE], before the body's end
                 if decoder.done:
                     self._answer_read = True
                     break
+                if chunk:
+                    await conn._write(chunk)
+                    if scanner.done:
+                        record.answered = True  # a client may leave at [DONE], before the body's end
             data = await self._read_upstream(reader)
             if not data:
                 raise h11.RemoteProtocolError("upstream closed in the middle of the answer")
-        assert record is not None  # a scanner exists only for a measured request
         record.finished = time.monotonic()
-        await conn._send(h11.EndOfMessage())
+        await conn._write(chunk + (conn.h11.send(h11.EndOfMessage()) or b""))  # the last payload and the end: one write
+        record.answered = record.answered or scanner.done
         self.completed = True
         self.server.metrics.observe(record)
 

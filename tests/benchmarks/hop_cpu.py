@@ -8,6 +8,7 @@ processes on a shared machine cannot move.
 
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 1 8 64 --tokens 256
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 8 --tokens 64 --requests 8 --callgrind
+    .venv/bin/python tests/benchmarks/hop_cpu.py --streams 1 8 --tokens 1 --requests 16 --callgrind  # per request
 
 Not a test: it prints numbers (docs/cold-start.md and docs/observability.md quote them).
 """
@@ -126,7 +127,7 @@ def main() -> int:
     rows = []
     try:
         for streams in a.streams:
-            hop, port = start(hop_cmd)
+            hop, port = start([*hop_cmd, "--slots", str(streams)])  # an upstream that serves every stream at once
             try:
                 requests = a.requests or max(1, 4096 // a.tokens)
                 asyncio.run(load(port, min(streams, 4), 1, 16, 0))  # warm-up: imports, first connections
@@ -158,14 +159,15 @@ def main() -> int:
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at the end"
           + (" (hop under callgrind: CPU times are valgrind's, not the hop's)" if a.callgrind else ""))  # fmt: skip
     print("| streams | requests | tokens | seconds | hop CPU s (user + system) | hop CPU us per token (user + system) "
-          "| hop CPU ms per request | instructions per token |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| hop CPU ms per request | instructions per token | instructions per request |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for streams, requests, tokens, wall, (user, system), ins, _ in rows:
         cpu = user + system
         print(
             f"| {streams} | {requests} | {tokens} | {wall:.1f} | {cpu:.2f} ({user:.2f} + {system:.2f}) | "
             f"{1e6 * cpu / tokens:.0f} ({1e6 * user / tokens:.0f} + {1e6 * system / tokens:.0f}) | "
-            f"{1e3 * cpu / requests:.1f} | {f'{ins / tokens:,.0f}' if ins else '-'} |"
+            f"{1e3 * cpu / requests:.1f} | {f'{ins / tokens:,.0f}' if ins else '-'} "
+            f"| {f'{ins / requests:,.0f}' if ins else '-'} |"
         )
     if not a.callgrind:
         print(

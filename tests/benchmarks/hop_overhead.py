@@ -39,10 +39,10 @@ from gguf_serve.local.demo import llama_server_binary, source_gguf  # noqa: E402
 from gguf_serve.local.process import PACKAGE_ROOT, free_port, start_server  # noqa: E402
 
 
-def start_hop(upstream: str, port: int) -> subprocess.Popen:
+def start_hop(upstream: str, port: int, slots: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}", "--upstream", upstream]
-    return subprocess.Popen([*cmd, "--gpu-metrics", "off"], env=env, stderr=subprocess.DEVNULL)
+    return subprocess.Popen([*cmd, "--slots", str(slots), "--gpu-metrics", "off"], env=env, stderr=subprocess.DEVNULL)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -74,7 +74,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
         hop_port = free_port()
-        hop = start_hop(server.url, hop_port)
+        hop = start_hop(server.url, hop_port, a.parallel)
         ports = {"direct": int(server.url.rsplit(":", 1)[1]), "hop": hop_port}
         try:
             server.wait_healthy(timeout=120)

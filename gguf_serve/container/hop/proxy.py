@@ -36,6 +36,7 @@ from gguf_serve.container.hop.connections import BODY, BUSY, IDLE, ConnectionTab
 from gguf_serve.container.hop.drain import Drainer, DrainState
 from gguf_serve.container.hop.gpu import GpuReader
 from gguf_serve.container.hop.metrics import RequestMetrics, RequestRecord, SseTokenScanner
+from gguf_serve.container.hop.upstream import RESEND_MAX_BYTES, UPSTREAM_SPARE, UpstreamConnection, UpstreamPool
 
 log = logging.getLogger("gguf-serve-hop")
 
@@ -128,6 +129,12 @@ class ProxyServer:
         self.drainer = drainer  # watches IMDS and drains on a notice (gguf_serve/container/hop/drain.py)
         self.drain: DrainState | None = None  # once set, new slot-taking requests get 503 until the process ends
         self.last_upstream_byte = 0.0  # time.monotonic() of the last byte read from llama-server
+        self.upstream = UpstreamPool(
+            self.upstream_host,
+            self.upstream_port,
+            size=(self.admission.limit or self.admission.slots) + UPSTREAM_SPARE,  # a burst the hop admits, kept
+            connect_timeout_s=self.limits.connect_timeout_s,
+        )
         self._connections = ConnectionTable(self.limits.max_connections, self.limits.overflow_connections)
         self._sock = socket.create_server(listen, backlog=1024, reuse_port=False)
         self.server_address = self._sock.getsockname()
@@ -204,6 +211,7 @@ class ProxyServer:
             await self._stop.wait()
         finally:
             server.close()
+            self.upstream.close()
             if watch is not None:
                 watch.cancel()
             tasks = [c.task for c in self._connections if c.task is not None]
@@ -570,21 +578,10 @@ def _forwarded_headers(
     return headers
 
 
-async def _open_upstream(server: ProxyServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(server.upstream_host, server.upstream_port, limit=READ_SIZE),
-        server.limits.connect_timeout_s,
-    )
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return reader, writer
-
-
 async def _fetch(server: ProxyServer, request: h11.Request, *, limit: int) -> tuple[int, list, bytes]:
     """A bodiless request to llama-server with the caller's headers; the whole answer, up to `limit` bytes."""
-    reader, writer = await _open_upstream(server)
+    upstream = await server.upstream.connect()  # a new connection: a health check never waits on a kept one
+    reader, writer = upstream.reader, upstream.writer
     try:
         up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
         headers = _forwarded_headers(server, request, False, bodiless=True)
@@ -610,6 +607,10 @@ async def _fetch(server: ProxyServer, request: h11.Request, *, limit: int) -> tu
         writer.transport.abort()
 
 
+class _Unreachable(Exception):
+    """No connection to llama-server could be made."""
+
+
 class _Exchange:
     """One forwarded request: the body streams up while the answer streams back; either side leaving ends both."""
 
@@ -623,8 +624,18 @@ class _Exchange:
         self.chunked = chunked
         self.record = record
         self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self.upstream: UpstreamConnection | None = None
         self.head_sent = False
         self.completed = False  # the whole answer reached the client
+        self._body: asyncio.Task[None] | None = None
+        self._body_in = False  # the whole request body went to llama-server
+        self._body_bytes = 0
+        self._body_deadline: float | None = None
+        self._resend: list[h11.Event] | None = None  # sent on a kept connection, no answer byte yet: can go again
+        self._resend_bytes = 0
+        self._framed: list[bytes] = []  # framed for llama-server, not written yet
+        self._keep_alive = False  # llama-server's answer leaves the connection open (HTTP/1.1, no Connection: close)
+        self._answer_read = False  # and it was read to its end
         self._task: asyncio.Task[Any] | None = None
         self._relaying = False
         self._interrupt: BaseException | None = None  # why the relay was stopped from outside (body pump, silence)
@@ -634,15 +645,17 @@ class _Exchange:
     async def run(self) -> None:
         server, conn = self.server, self.conn
         try:
-            reader, writer = await _open_upstream(server)
-        except (OSError, TimeoutError) as e:
-            log.warning("upstream %s unreachable: %s", server.upstream_netloc, e or type(e).__name__)
+            try:
+                await self._attempt(fresh=False)
+            except (ConnectionError, h11.RemoteProtocolError) as e:
+                if self._resend is None:  # a new connection, or an answer under way: never sent twice
+                    raise
+                log.info("llama-server closed a kept connection (%s); the request goes again on a new one", e)
+                await self._attempt(fresh=True)
+        except _Unreachable as e:
+            log.warning("upstream %s unreachable: %s", server.upstream_netloc, e)
             self._observe(502)
             await conn._refuse(502, "llama-server is not reachable", close=True)
-            return
-        body = asyncio.create_task(self._pump_body(writer))
-        try:
-            await self._relay_watched(reader, body)
         except _ClientGone as e:
             if self.record is not None and not self.record.answered:
                 self.record.client_closed = True
@@ -656,13 +669,65 @@ class _Exchange:
                 self._observe(502)
                 await conn._refuse(502, "llama-server closed the connection without an answer")
         finally:
-            body.cancel()
-            with contextlib.suppress(BaseException):
-                await body
-            writer.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
+            self._release()  # first: the next request may take it while the body pump stops
+            await self._stop_body()
         if self.record is not None and self.record.finished is None:
             self.record.finished = time.monotonic()
             self.server.metrics.observe(self.record)
+
+    async def _attempt(self, *, fresh: bool) -> None:
+        """The request to a kept connection to llama-server (a new one with `fresh`, or when none is idle), the
+        answer back. What went to a kept connection is kept until the answer's first byte, to send it again."""
+        await self._stop_body()
+        self._release()
+        try:
+            upstream = self.upstream = await self.server.upstream.take(fresh=fresh)
+        except (OSError, TimeoutError) as e:
+            raise _Unreachable(str(e) or type(e).__name__) from None
+        self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self._framed = []
+        again, self._resend = self._resend, [] if upstream.reused else None
+        if again:
+            upstream.writer.write(b"".join([self.up.send(event) for event in again]))
+        else:
+            headers = _forwarded_headers(self.server, self.request, self.chunked)
+            self._send_up(h11.Request(method=self.request.method, target=self.request.target, headers=headers))
+        self._body = asyncio.create_task(self._pump_body())
+        await self._relay_watched(upstream.reader, self._body)
+
+    def _send_up(self, event: h11.Event) -> None:
+        """Frame an event for llama-server; _flush_up writes what is framed (a head and a body that came with it
+        go out in one write)."""
+        self._framed.append(self.up.send(event))  # type: ignore[arg-type]
+        if self._resend is not None:
+            self._resend.append(event)
+            self._resend_bytes += len(event.data) if isinstance(event, h11.Data) else 0
+            if self._resend_bytes > RESEND_MAX_BYTES:
+                self._resend = None
+
+    async def _flush_up(self) -> None:
+        assert self.upstream is not None
+        if self._framed:
+            self.upstream.writer.write(b"".join(self._framed))
+            self._framed.clear()
+        await self.upstream.writer.drain()
+
+    async def _stop_body(self) -> None:
+        body, self._body = self._body, None
+        if body is not None:
+            body.cancel()
+            with contextlib.suppress(BaseException):
+                await body
+
+    def _release(self) -> None:
+        """The connection back to the pool when the exchange ended cleanly both ways; otherwise closed."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is None:
+            return
+        if self._answer_read and self._keep_alive and self._body_in and self.server.drain is None:
+            self.server.upstream.give_back(upstream)
+        else:
+            upstream.close()
 
     def _observe(self, status: int | str) -> None:
         if self.record is not None and self.record.finished is None:
@@ -676,6 +741,7 @@ class _Exchange:
         a 413) or llama-server sends nothing for upstream_timeout_s; the cause is raised in place of the cancel."""
         loop = asyncio.get_running_loop()
         self._task, self._relaying, self._last_byte = asyncio.current_task(), True, time.monotonic()
+        self._interrupt = None
         body.add_done_callback(self._body_ended)
         self._silence = loop.call_later(self.server.upstream_timeout_s, self._check_silence)
         try:
@@ -696,7 +762,7 @@ class _Exchange:
             self._task.cancel()
 
     def _body_ended(self, body: asyncio.Task[None]) -> None:
-        if not body.cancelled() and body.exception() is not None:
+        if body is self._body and not body.cancelled() and body.exception() is not None:
             self._stop_relay(body.exception())  # type: ignore[arg-type]
 
     def _check_silence(self) -> None:
@@ -711,6 +777,8 @@ class _Exchange:
         """Raise what stopped the relay as the relay itself would have: a timeout, or the client gone."""
         if isinstance(reason, TimeoutError):
             raise reason
+        if isinstance(reason, ConnectionError):  # writing to llama-server failed (the client side is _ClientGone)
+            raise reason
         if isinstance(reason, h11.RemoteProtocolError):  # a malformed chunked request body
             reason = _Refused(400, f"bad request body: {reason}")
         if isinstance(reason, _Refused):
@@ -720,22 +788,19 @@ class _Exchange:
             raise _ClientGone(reason.message)
         raise reason if isinstance(reason, _ClientGone) else _ClientGone(str(reason))
 
-    async def _pump_body(self, writer: asyncio.StreamWriter) -> None:
-        """Request head and body to llama-server as the client sends them; then watch for the client leaving."""
-        conn, up, limits = self.conn, self.up, self.conn.limits
-        head = h11.Request(
-            method=self.request.method,
-            target=self.request.target,
-            headers=_forwarded_headers(self.server, self.request, self.chunked),
-        )
-        writer.write(up.send(head))
-        sent = 0
-        deadline = time.monotonic() + limits.body_deadline_s
+    async def _pump_body(self) -> None:
+        """The request body to llama-server as the client sends it; then watch for the client leaving. Started
+        again after a resend: it goes on from what h11 has not given yet."""
+        conn, limits = self.conn, self.conn.limits
+        if self._body_deadline is None:
+            self._body_deadline = time.monotonic() + limits.body_deadline_s
+        deadline = self._body_deadline
         if conn.h11.their_state is h11.SEND_BODY:
             conn.place(BODY)
-        while True:
+        while not self._body_in:
             event = conn.h11.next_event()
             if event is h11.NEED_DATA:
+                await self._flush_up()
                 if conn.h11.they_are_waiting_for_100_continue:
                     await conn._send(h11.InformationalResponse(status_code=100, headers=[]))
                 if conn.peer_eof:
@@ -750,16 +815,15 @@ class _Exchange:
                         raise _ClientGone("request body timeout") from None
                 continue
             if isinstance(event, h11.Data):
-                sent += len(event.data)
-                if sent > limits.max_body_bytes:
+                self._body_bytes += len(event.data)
+                if self._body_bytes > limits.max_body_bytes:
                     raise _Refused(413, "request body over the limit")
-                writer.write(up.send(h11.Data(data=event.data)))
-                await writer.drain()
+                self._send_up(h11.Data(data=event.data))
             elif isinstance(event, h11.EndOfMessage):
-                writer.write(up.send(h11.EndOfMessage()))
-                await writer.drain()
+                self._send_up(h11.EndOfMessage())
+                self._body_in = True
                 conn.place(BUSY)
-                break
+                await self._flush_up()
             else:
                 raise _ClientGone(f"unexpected {type(event).__name__}")
         # The body is in. A read that ends (EOF or reset) means the client left: stop the answer, free the slot.
@@ -784,6 +848,7 @@ class _Exchange:
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
+                self._keep_alive = _keeps_alive(event)
                 if metrics_route:
                     await self._metrics(event, reader)
                     return
@@ -810,6 +875,7 @@ class _Exchange:
                 if scanner is not None and scanner.done and record is not None:
                     record.answered = True
             elif isinstance(event, h11.EndOfMessage):
+                self._answer_read = not up.trailing_data[0]  # llama-server sends nothing after its answer
                 if record is not None:
                     record.finished = time.monotonic()
                     if kept is not None:
@@ -833,23 +899,27 @@ class _Exchange:
         """An SSE answer, chunked both ways: each read is decoded in one call, its tokens timed, and its payload
         sent to the client as one chunk; h11 frames the head and the last chunk. The hop's cost per token."""
         conn, record, decoder = self.conn, self.record, ChunkedDecoder()
-        data = buffered
+        assert record is not None  # a scanner exists only for a measured request
+        data, chunk = buffered, b""
         while True:
             if data:
                 payload = decoder.feed(data)
+                chunk = b"%x\r\n%b\r\n" % (len(payload), payload) if payload else b""
                 if payload:
                     scanner.feed(payload, time.monotonic())
-                    await conn._write(b"%x\r\n%b\r\n" % (len(payload), payload))
-                    if scanner.done and record is not None:
-                        record.answered = True  # a client may leave at [DONE], before the body's end
                 if decoder.done:
+                    self._answer_read = True
                     break
+                if chunk:
+                    await conn._write(chunk)
+                    if scanner.done:
+                        record.answered = True  # a client may leave at [DONE], before the body's end
             data = await self._read_upstream(reader)
             if not data:
                 raise h11.RemoteProtocolError("upstream closed in the middle of the answer")
-        assert record is not None  # a scanner exists only for a measured request
         record.finished = time.monotonic()
-        await conn._send(h11.EndOfMessage())
+        await conn._write(chunk + (conn.h11.send(h11.EndOfMessage()) or b""))  # the last payload and the end: one write
+        record.answered = record.answered or scanner.done
         self.completed = True
         self.server.metrics.observe(record)
 
@@ -858,6 +928,7 @@ class _Exchange:
         data = await reader.read(READ_SIZE)
         if data:
             self._last_byte = self.server.last_upstream_byte = time.monotonic()
+            self._resend = None  # an answer under way: the request is never sent twice
         return data
 
     async def _metrics(self, response: h11.Response, reader: asyncio.StreamReader) -> None:
@@ -872,6 +943,7 @@ class _Exchange:
                 if len(parts) > MAX_METRICS_BODY:
                     raise h11.RemoteProtocolError("upstream /metrics too large")
             elif isinstance(event, h11.EndOfMessage):
+                self._answer_read = not up.trailing_data[0]
                 break
             elif isinstance(event, h11.ConnectionClosed):
                 raise h11.RemoteProtocolError("upstream closed")
@@ -884,6 +956,13 @@ class _Exchange:
                 headers.append((b"Content-Type", METRICS_CONTENT_TYPE.encode()))
         self.head_sent = True  # from here an error cannot become a 502 cleanly
         await conn._relay_whole(response.status_code, headers, payload)
+
+
+def _keeps_alive(response: h11.Response) -> bool:
+    """HTTP/1.1 without `Connection: close`: llama-server keeps the connection for another request."""
+    if response.http_version != b"1.1":
+        return False
+    return not any(name == b"connection" and b"close" in value.lower() for name, value in response.headers)
 
 
 def _timings(body: bytes) -> dict[str, Any] | None:

@@ -6,7 +6,6 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
-from gguf_serve.catalog import ProfileError
 from stacks.eks.cluster import ServingCluster
 from stacks.eks.nodes import ami_type
 from stacks.eks.stack import EksServingStack
@@ -18,9 +17,9 @@ from tests.committed import PROFILES
 
 def test_an_admin_that_is_not_a_role_arn_is_refused(stack: cdk.Stack):
     vpc = ec2.Vpc(stack, "Vpc")
-    with pytest.raises(ProfileError, match="eksAdminRoles: 'alice' is not an IAM role ARN"):
+    with pytest.raises(PropsError, match="eksAdminRoles: 'alice' is not an IAM role ARN"):
         ServingCluster(stack, "Cluster", name="c", vpc=vpc, admin_role_arns=("alice",))
-    with pytest.raises(ProfileError, match="cluster name"):
+    with pytest.raises(PropsError, match="cluster name"):
         ServingCluster(stack, "Cluster2", name="bad name", vpc=vpc)
 
 

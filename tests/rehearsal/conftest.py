@@ -46,8 +46,7 @@ def instance_role_actions(assembly: Path) -> set[str]:
         name
         for name, r in resources.items()
         if r["Type"] == "AWS::IAM::Role"
-        and r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0].get("Principal", {}).get("Service")
-        == "ec2.amazonaws.com"
+        and "ec2.amazonaws.com" in _services(r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0])
     ]
     actions: set[str] = set()
     for r in resources.values():
@@ -75,3 +74,9 @@ def serving_image(assembly: Path) -> str:
         work.mkdir(parents=True, exist_ok=True)
         run_buildspec(inputs, work)
     return inputs.image
+
+
+def _services(statement: dict) -> list[str]:
+    """A trust statement's service principals (one name, or a list: in aws-cn the EC2 role trusts two)."""
+    service = statement.get("Principal", {}).get("Service", [])
+    return [service] if isinstance(service, str) else service

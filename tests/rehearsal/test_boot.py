@@ -425,12 +425,16 @@ def test_a_group_at_zero_wakes_on_a_request_and_the_woken_instance_serves_it(wor
     autoscaling, elbv2 = aws.client("autoscaling"), aws.client("elbv2")
     autoscaling.update_auto_scaling_group(AutoScalingGroupName=GROUP, MaxSize=1)  # wakeOnRequest keeps the max
     monkeypatch.setenv("AWS_DEFAULT_REGION", "cn-northwest-1")
-    door = load_door(monkeypatch, front, group=GROUP, wake_s=world.profile.wake_s)
-    door.autoscaling, door.elbv2 = autoscaling, elbv2  # the Lambda's clients, at the stand-in's endpoint
+    secrets = aws.client("secretsmanager")
+    secret = secrets.describe_secret(SecretId=f"{STACK}-ApiKey")["ARN"]  # the stack's key, as the door reads it
+    door = load_door(monkeypatch, front, group=GROUP, wake_s=world.profile.wake_s, secret=secret)
+    door.autoscaling, door.elbv2, door.secrets = autoscaling, elbv2, secrets  # the Lambda's clients, at the stand-in
     assert door.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, None)["routed"] == "door"
+    request = alb_request(front.door)
+    request["headers"]["authorization"] = f"Bearer {world.api_key}"  # only a request with the key wakes the group
 
     asked = time.time()
-    answer = door.handler(alb_request(front.door), None)
+    answer = door.handler(request, None)
     assert answer["statusCode"] == 503 and answer["headers"]["Retry-After"] == str(world.profile.wake_s), answer
     (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])["AutoScalingGroups"]
     assert group["DesiredCapacity"] == 1
@@ -438,7 +442,7 @@ def test_a_group_at_zero_wakes_on_a_request_and_the_woken_instance_serves_it(wor
     woke.start()
     assert woke.wait_boot_done(timeout=900) == "run-user-data: user data exited 0", woke.diagnostics()
     assert _lifecycle(world, woke, "CONTINUE"), "the launch hook was not completed"
-    later = door.handler(alb_request(front.door), None)  # a retry before the group's instance is registered
+    later = door.handler(request, None)  # a retry before the group's instance is registered
     assert later["statusCode"] == 503 and int(later["headers"]["Retry-After"]) < world.profile.wake_s
     (moto_instance,) = (
         group["Instances"]

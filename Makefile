@@ -25,7 +25,7 @@ demo: prereqs $(STAMP) node_modules/.installed llama-server
 test: prereqs test-fast test-scan test-cli test-e2e test-fresh test-images
 
 ## test-fast: catalog, synth, cdk-nag, snapshots, moto, units, lint (no llama-server, no Docker, no scanners), in parallel
-test-fast: $(STAMP) $(CHECKOV_STAMP) node_modules/.installed image-sources
+test-fast: $(STAMP) node_modules/.installed image-sources
 	$(PY) -m pytest -m fast -n auto
 
 ## test-scan: cfn-lint (cn-northwest-1) and checkov over every synthesized template, whole-app option sets included

@@ -6,7 +6,11 @@ A connection comes back here only when its answer was read whole and llama-serve
 client that left, a timeout, a cut answer, a drain) closes it, which is also what tells llama-server to stop
 generating. The pool is bounded and an idle connection is closed before llama-server's own keep-alive timeout would
 close it under a request; one that closed anyway is found on its next use and the request is sent again once on a
-new connection (proxy.py), only while no byte of the answer has arrived.
+new connection (exchange.py), only while no byte of the answer has arrived.
+
+A connection is its own asyncio protocol. Bytes are pulled (`read`) for heads and whole answers; during a streamed
+answer they are pushed instead (`relay`) to a sink called from the socket's read callback, so that a token costs
+one callback, not a future, a task step and a copy through a StreamReader.
 """
 
 from __future__ import annotations
@@ -15,30 +19,161 @@ import asyncio
 import contextlib
 import socket
 import time
+import typing
 from collections import deque
 
 UPSTREAM_IDLE_S = 2.0  # under cpp-httplib's keep-alive timeout (CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND, 5 s)
 UPSTREAM_SPARE = 4  # idle connections kept beyond llama-server's slots: /metrics and requests queued for a slot
 RESEND_MAX_BYTES = 1024 * 1024  # a request body up to this size is kept to send again; a larger one is not resent
-READ_SIZE = 65536
+BUFFER_LIMIT = 2 * 65536  # bytes read and not yet taken beyond which reading pauses (StreamReader's 2 * limit)
 
 
-class UpstreamConnection:
+class Sink(typing.Protocol):
+    """Where a relayed answer's bytes go, from the read callback."""
+
+    def feed(self, data: bytes) -> None: ...
+
+    def ended(self, error: BaseException | None) -> None:
+        """llama-server closed (None) or the connection broke, before the sink let go."""
+
+
+class UpstreamConnection(asyncio.Protocol):
     """One TCP connection to llama-server; `reused` once it has carried an answer before."""
 
-    __slots__ = ("idle_since", "reader", "reused", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.reused = False
         self.idle_since = 0.0
+        self._pieces: list[bytes] = []  # read, not taken yet
+        self._buffered = 0
+        self._eof = False  # llama-server closed its side, or the connection is gone
+        self._error: BaseException | None = None  # why the connection broke
+        self._waiter: asyncio.Future[None] | None = None  # a read() waiting for bytes
+        self._drainer: asyncio.Future[None] | None = None  # a drain() waiting for the socket to take bytes
+        self._write_paused = False
+        self._read_paused = False  # by the buffer limit or by the sink
+        self._sink: Sink | None = None
 
+    # --- asyncio.Protocol ------------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self._sink is not None:
+            self._sink.feed(data)
+            return
+        self._pieces.append(data)
+        self._buffered += len(data)
+        if self._buffered > BUFFER_LIMIT and not self._read_paused:
+            self.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._lost(None)
+        return False  # the transport closes: llama-server never half-closes a connection it still answers on
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost(exc)
+        drainer, self._drainer = self._drainer, None
+        if drainer is not None and not drainer.done():
+            drainer.set_exception(ConnectionResetError("connection to llama-server lost"))
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        drainer, self._drainer = self._drainer, None
+        if drainer is not None and not drainer.done():
+            drainer.set_result(None)
+
+    # --- pulling ---------------------------------------------------------------------------------------------------
+    async def read(self) -> bytes:
+        """What has arrived (waiting for something when nothing has); b"" once llama-server closed."""
+        if not self._pieces and not self._eof:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self._pieces:
+            if self._read_paused and self._sink is None:
+                self.resume_reading()
+            return self._take()
+        if self._error is not None:
+            raise self._error
+        return b""
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        """Wait while the socket's send buffer is over its high-water mark (one writer: the request body's pump)."""
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("connection to llama-server lost")
+        if self._write_paused:
+            if self._drainer is None or self._drainer.done():
+                self._drainer = asyncio.get_running_loop().create_future()
+            await self._drainer
+
+    # --- pushing ---------------------------------------------------------------------------------------------------
+    def relay(self, sink: Sink, first: bytes = b"") -> None:
+        """From now on every read goes to `sink`, until `unrelay`: `first` (bytes already taken from this connection)
+        and what had arrived before it goes first."""
+        self._sink = sink
+        if self._read_paused:
+            self.resume_reading()  # paused for a full buffer that the sink takes now; the sink may pause it again
+        if self._pieces:
+            first += self._take()
+        if first:
+            sink.feed(first)
+        if self._eof and self._sink is sink:
+            sink.ended(self._error)
+
+    def unrelay(self) -> None:
+        """Back to pulling; reading resumes if the sink paused it."""
+        self._sink = None
+        if self._read_paused and self._buffered <= BUFFER_LIMIT:
+            self.resume_reading()
+
+    def _take(self) -> bytes:
+        pieces, self._pieces, self._buffered = self._pieces, [], 0
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and self._read_paused:
+            self._read_paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    # --- state -----------------------------------------------------------------------------------------------------
     def usable(self) -> bool:
-        """Open both ways, nothing unread: llama-server has not closed it (EOF) or reset it."""
-        return not (self.writer.transport.is_closing() or self.reader.at_eof() or self.reader.exception())
+        """Open both ways, nothing unread: llama-server has not closed it (EOF), reset it or sent something unasked."""
+        transport = self.transport
+        return not (transport is None or transport.is_closing() or self._eof or self._pieces)
 
     def close(self) -> None:
-        self.writer.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
+        if self.transport is not None:
+            self.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
+
+    def _lost(self, error: BaseException | None) -> None:
+        if self._eof:
+            return
+        self._eof, self._error = True, error
+        self._wake()
+        if self._sink is not None:
+            self._sink.ended(error)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class UpstreamPool:
@@ -64,15 +199,15 @@ class UpstreamPool:
         return await self.connect()
 
     async def connect(self) -> UpstreamConnection:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, limit=READ_SIZE), self.connect_timeout_s
-        )
-        sock = writer.get_extra_info("socket")
+        loop = asyncio.get_running_loop()
+        connecting = loop.create_connection(UpstreamConnection, self.host, self.port)
+        transport, conn = await asyncio.wait_for(connecting, self.connect_timeout_s)
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.opened += 1
-        return UpstreamConnection(reader, writer)
+        return conn
 
     def give_back(self, conn: UpstreamConnection) -> None:
         """A connection whose exchange ended cleanly: kept for the next request, or closed when the pool is full."""

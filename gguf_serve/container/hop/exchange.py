@@ -1,0 +1,278 @@
+"""One forwarded request: the request body streams up to llama-server while its answer streams back (relay.py);
+either side leaving ends both.
+
+The request goes on a kept connection to llama-server (upstream.py) when one is idle, and once more on a new one
+if llama-server had closed the kept one under it, only while no byte of the answer has arrived. One timer and one
+callback per request stop the relay when the client leaves, the request body fails, or llama-server goes silent
+for upstream_timeout_s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import h11
+
+from gguf_serve.container.hop.chunked import ChunkedError
+from gguf_serve.container.hop.client import HOP_BY_HOP, READ_SIZE, ClientConnection, ClientGone, Refused
+from gguf_serve.container.hop.connections import BODY, BUSY
+from gguf_serve.container.hop.metrics import RequestRecord
+from gguf_serve.container.hop.relay import relay_answer
+from gguf_serve.container.hop.upstream import RESEND_MAX_BYTES, UpstreamConnection
+
+if TYPE_CHECKING:
+    from gguf_serve.container.hop.proxy import ProxyServer
+
+log = logging.getLogger("gguf-serve-hop")
+
+
+class Unreachable(Exception):
+    """No connection to llama-server could be made."""
+
+
+class Exchange:
+    """One forwarded request: the body streams up while the answer streams back; either side leaving ends both."""
+
+    def __init__(
+        self, conn: ClientConnection, request: h11.Request, route: str, chunked: bool, record: RequestRecord | None
+    ) -> None:
+        self.conn = conn
+        self.server = conn.server
+        self.request = request
+        self.route = route
+        self.chunked = chunked
+        self.record = record
+        self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self.upstream: UpstreamConnection | None = None
+        self.head_sent = False
+        self.completed = False  # the whole answer reached the client
+        self._body: asyncio.Task[None] | None = None
+        self.body_in = False  # the whole request body went to llama-server
+        self._body_bytes = 0
+        self._body_deadline: float | None = None
+        self._resend: list[h11.Event] | None = None  # sent on a kept connection, no answer byte yet: can go again
+        self._resend_bytes = 0
+        self._framed: list[bytes] = []  # framed for llama-server, not written yet
+        self.keep_alive = False  # llama-server's answer leaves the connection open (HTTP/1.1, no Connection: close)
+        self.answer_read = False  # and it was read to its end
+        self._task: asyncio.Task[Any] | None = None
+        self._relaying = False
+        self._interrupt: BaseException | None = None  # why the relay was stopped from outside (body pump, silence)
+        self.last_byte = 0.0
+        self._silence: asyncio.TimerHandle | None = None
+
+    async def run(self) -> None:
+        server, conn = self.server, self.conn
+        try:
+            try:
+                await self._attempt(fresh=False)
+            except (ConnectionError, h11.RemoteProtocolError) as e:
+                if self._resend is None:  # a new connection, or an answer under way: never sent twice
+                    raise
+                log.info("llama-server closed a kept connection (%s); the request goes again on a new one", e)
+                await self._attempt(fresh=True)
+        except Unreachable as e:
+            log.warning("upstream %s unreachable: %s", server.upstream_netloc, e)
+            self._observe(502)
+            await conn.refuse(502, "llama-server is not reachable", close=True)
+        except ClientGone as e:
+            if self.record is not None and not self.record.answered:
+                self.record.client_closed = True
+            log.debug("client left during the answer: %s", e)
+        except (OSError, TimeoutError, h11.RemoteProtocolError, ChunkedError) as e:
+            log.warning("upstream answer broke off: %s: %s", type(e).__name__, e)
+            if self.head_sent:
+                conn.writer.transport.abort()  # no final chunk: the client sees a cut answer, not a complete one
+                self._observe("upstream_closed")
+            else:
+                self._observe(502)
+                await conn.refuse(502, "llama-server closed the connection without an answer")
+        finally:
+            self._release()  # first: the next request may take it while the body pump stops
+            await self._stop_body()
+        if self.record is not None and self.record.finished is None:
+            self.record.finished = time.monotonic()
+            self.server.metrics.observe(self.record)
+
+    async def _attempt(self, *, fresh: bool) -> None:
+        """The request to a kept connection to llama-server (a new one with `fresh`, or when none is idle), the
+        answer back. What went to a kept connection is kept until the answer's first byte, to send it again."""
+        await self._stop_body()
+        self._release()
+        try:
+            upstream = self.upstream = await self.server.upstream.take(fresh=fresh)
+        except (OSError, TimeoutError) as e:
+            raise Unreachable(str(e) or type(e).__name__) from None
+        self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self._framed = []
+        again, self._resend = self._resend, [] if upstream.reused else None
+        if again:
+            upstream.write(b"".join([self.up.send(event) for event in again]))
+        else:
+            headers = forwarded_headers(self.server, self.request, self.chunked)
+            self._send_up(h11.Request(method=self.request.method, target=self.request.target, headers=headers))
+        self._body = asyncio.create_task(self._pump_body())
+        await self._relay_watched(upstream, self._body)
+
+    async def read_upstream(self, upstream: UpstreamConnection) -> bytes:
+        """The next bytes from llama-server (b"" at its end); the relay's watcher stops a silent one."""
+        data = await upstream.read()
+        if data:
+            self.last_byte = self.server.last_upstream_byte = time.monotonic()
+            self._resend = None  # an answer under way: the request is never sent twice
+        return data
+
+    def _send_up(self, event: h11.Event) -> None:
+        """Frame an event for llama-server; _flush_up writes what is framed (a head and a body that came with it
+        go out in one write)."""
+        self._framed.append(self.up.send(event))  # type: ignore[arg-type]
+        if self._resend is not None:
+            self._resend.append(event)
+            self._resend_bytes += len(event.data) if isinstance(event, h11.Data) else 0
+            if self._resend_bytes > RESEND_MAX_BYTES:
+                self._resend = None
+
+    async def _flush_up(self) -> None:
+        assert self.upstream is not None
+        if self._framed:
+            self.upstream.write(b"".join(self._framed))
+            self._framed.clear()
+        await self.upstream.drain()
+
+    async def _stop_body(self) -> None:
+        body, self._body = self._body, None
+        if body is not None:
+            body.cancel()
+            with contextlib.suppress(BaseException):
+                await body
+
+    def _release(self) -> None:
+        """The connection back to the pool when the exchange ended cleanly both ways; otherwise closed."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is None:
+            return
+        if self.answer_read and self.keep_alive and self.body_in and self.server.drain is None:
+            self.server.upstream.give_back(upstream)
+        else:
+            upstream.close()
+
+    def _observe(self, status: int | str) -> None:
+        if self.record is not None and self.record.finished is None:
+            self.record.status = status  # type: ignore[assignment]
+            self.record.finished = time.monotonic()
+            self.server.metrics.observe(self.record)
+
+    # --- stopping the relay from outside: one timer and one callback per request, not a wait per read ---------------
+    async def _relay_watched(self, upstream: UpstreamConnection, body: asyncio.Task[None]) -> None:
+        """The relay, stopped (its task cancelled at whatever it awaits) when the body pump fails (the client left,
+        a 413) or llama-server sends nothing for upstream_timeout_s; the cause is raised in place of the cancel."""
+        loop = asyncio.get_running_loop()
+        self._task, self._relaying, self.last_byte = asyncio.current_task(), True, time.monotonic()
+        self._interrupt = None
+        body.add_done_callback(self._body_ended)
+        self._silence = loop.call_later(self.server.upstream_timeout_s, self._check_silence)
+        try:
+            await relay_answer(self, upstream)
+        except asyncio.CancelledError:
+            self._relaying = False
+            reason = self._interrupt
+            if reason is None or (self._task is not None and self._task.uncancel() > 0):
+                raise  # cancelled by the server's shutdown, not by us
+            await self._interrupted(reason)
+        finally:
+            self._relaying = False
+            self._silence.cancel()
+
+    def _stop_relay(self, reason: BaseException) -> None:
+        if self._relaying and self._interrupt is None and self._task is not None:
+            self._interrupt = reason
+            self._task.cancel()
+
+    def _body_ended(self, body: asyncio.Task[None]) -> None:
+        if body is self._body and not body.cancelled() and body.exception() is not None:
+            self._stop_relay(body.exception())  # type: ignore[arg-type]
+
+    def _check_silence(self) -> None:
+        timeout = self.server.upstream_timeout_s
+        quiet = time.monotonic() - self.last_byte
+        if quiet >= timeout:
+            self._stop_relay(TimeoutError(f"no byte from llama-server in {timeout} s"))
+        elif self._relaying:
+            self._silence = asyncio.get_running_loop().call_later(timeout - quiet, self._check_silence)
+
+    async def _interrupted(self, reason: BaseException) -> None:
+        """Raise what stopped the relay as the relay itself would have: a timeout, or the client gone."""
+        if isinstance(reason, TimeoutError):
+            raise reason
+        if isinstance(reason, ConnectionError):  # writing to llama-server failed (the client side is ClientGone)
+            raise reason
+        if isinstance(reason, h11.RemoteProtocolError):  # a malformed chunked request body
+            reason = Refused(400, f"bad request body: {reason}")
+        if isinstance(reason, Refused):
+            self._observe(reason.status)
+            if not self.head_sent:
+                await self.conn.refuse(reason.status, reason.message)
+            raise ClientGone(reason.message)
+        raise reason if isinstance(reason, ClientGone) else ClientGone(str(reason))
+
+    async def _pump_body(self) -> None:
+        """The request body to llama-server as the client sends it; then watch for the client leaving. Started
+        again after a resend: it goes on from what h11 has not given yet."""
+        conn, limits = self.conn, self.conn.limits
+        if self._body_deadline is None:
+            self._body_deadline = time.monotonic() + limits.body_deadline_s
+        deadline = self._body_deadline
+        if conn.h11.their_state is h11.SEND_BODY:
+            conn.place(BODY)
+        while not self.body_in:
+            event = conn.h11.next_event()
+            if event is h11.NEED_DATA:
+                await self._flush_up()
+                if conn.h11.they_are_waiting_for_100_continue:
+                    await conn.send(h11.InformationalResponse(status_code=100, headers=[]))
+                if conn.peer_eof:
+                    raise ClientGone("the client closed mid-body")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Refused(408, f"request body not complete in {limits.body_deadline_s:g} s")
+                try:
+                    await conn.receive(min(limits.body_timeout_s, left))
+                except TimeoutError:
+                    if time.monotonic() < deadline:
+                        raise ClientGone("request body timeout") from None
+                continue
+            if isinstance(event, h11.Data):
+                self._body_bytes += len(event.data)
+                if self._body_bytes > limits.max_body_bytes:
+                    raise Refused(413, "request body over the limit")
+                self._send_up(h11.Data(data=event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                self._send_up(h11.EndOfMessage())
+                self.body_in = True
+                conn.place(BUSY)
+                await self._flush_up()
+            else:
+                raise ClientGone(f"unexpected {type(event).__name__}")
+        # The body is in. A read that ends (EOF or reset) means the client left: stop the answer, free the slot.
+        while not conn.peer_eof and len(conn.h11.trailing_data[0]) <= limits.max_header_bytes:
+            try:
+                await conn.receive(limits.idle_timeout_s)
+            except TimeoutError:
+                continue
+        if conn.peer_eof:
+            raise ClientGone("the client closed while waiting for the answer")
+
+
+def forwarded_headers(
+    server: ProxyServer, request: h11.Request, chunked: bool, *, bodiless: bool = False
+) -> list[tuple[bytes, bytes]]:
+    dropped = HOP_BY_HOP | {b"content-length"} if bodiless else HOP_BY_HOP  # a body the hop does not forward
+    headers = [(b"Host", server.upstream_netloc.encode())]
+    headers += [(n, v) for n, v in request.headers.raw_items() if n.lower() not in dropped]
+    if chunked:
+        headers.append((b"Transfer-Encoding", b"chunked"))
+    return headers

@@ -28,6 +28,17 @@ class ChunkedDecoder:
         self._line = b""  # an incomplete line
         self.done = False
 
+    def one_chunk(self, data: bytes) -> bytes | None:
+        """The payload when `data` is exactly one whole chunk (not the last) between two chunks, as llama-server
+        sends each token; else None and nothing consumed (then `feed`). Such `data` is valid chunk framing as is."""
+        if self._state or self._line:
+            return None
+        nl = data.find(b"\n", 0, 18)
+        if nl < 2 or data[nl - 1] != 13 or not _HEX.issuperset(size := data[: nl - 1]):
+            return None
+        end = nl + 1 + int(size, 16)
+        return data[nl + 1 : end] if end > nl + 1 and data[end:] == b"\r\n" else None
+
     def feed(self, data: bytes) -> bytes:
         out: list[bytes] = []
         pos, end = 0, len(data)

@@ -66,6 +66,11 @@ class SseTokenScanner:
         self.done = False  # the final event, `data: [DONE]`, went past
 
     def feed(self, data: bytes, at: float) -> None:
+        last = len(data) - 2
+        if data.find(b"\n") == last and data[-1] == 10 and not self._pending and not self._overflow:
+            if data.startswith(b"data:"):  # one whole event (a line and the empty line), as llama-server sends it
+                self._event(data[5:last].strip(), at)
+            return
         start = 0
         while (end := data.find(b"\n", start)) != -1:
             line: bytes | None = data[start:end]

@@ -143,17 +143,24 @@ class StreamRelay:
         now = time.monotonic()
         self.ex.last_byte = self.server.last_upstream_byte = now  # the silence timer reads it
         try:
-            payload = self.decoder.feed(data)
+            payload = self.decoder.one_chunk(data)
+            if payload is not None:
+                frame = data  # one whole chunk: it goes to the client as it came
+            else:
+                payload = self.decoder.feed(data)
+                if self.decoder.done:
+                    if payload:
+                        self.scanner.feed(payload, now)
+                    self._finish(payload, now)
+                    return
+                frame = b"%x\r\n%b\r\n" % (len(payload), payload) if payload else b""
             if payload:
                 self.scanner.feed(payload, now)
-            if self.decoder.done:
-                self._finish(payload, now)
-                return
             client = self.client
             if client.is_closing():
                 raise ClientGone("the client connection closed")
-            if payload:
-                client.write(b"%x\r\n%b\r\n" % (len(payload), payload))
+            if frame:
+                client.write(frame)
                 if self.scanner.done:
                     self.record.answered = True  # a client may leave at [DONE], before the body's end
             if client.get_write_buffer_size() > self.high:

@@ -74,3 +74,37 @@ def test_an_endless_line_is_refused_even_across_reads():
     with pytest.raises(ChunkedError):
         for _ in range(10):
             decoder.feed(b"a" * 1000)
+
+
+def test_reads_of_one_whole_chunk_each_are_taken_whole_then_the_end():
+    """llama-server's stream: every read is one token's chunk (taken as it is, framing included), then the end."""
+    decoder = ChunkedDecoder()
+    for event in EVENTS:
+        assert decoder.one_chunk(b"%x\r\n%b\r\n" % (len(event), event)) == event and not decoder.done
+    assert decoder.one_chunk(b"0\r\n\r\n") is None  # the last chunk goes through feed, which finds the end
+    assert decoder.feed(b"0\r\n\r\n") == b"" and decoder.done
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        b"3\r\nabcd\r",  # the read's length fits a whole chunk, but the data runs over its size
+        b"2\r\nab\n\r",  # data of the right size, then no CRLF
+        b"-2\r\nab\r\n",  # a sign int() would take: not hex digits
+        b"2;x\r\nab\r\n",  # an extension: valid, but not forwarded as it came
+        b"2\r\nab\r\n1\r\nc\r\n",  # two chunks
+        b"2\r\na",  # half a chunk
+    ],
+)
+def test_a_read_that_is_not_exactly_one_plain_chunk_is_left_to_feed(read):
+    decoder = ChunkedDecoder()
+    assert decoder.one_chunk(read) is None
+    assert decoder.one_chunk(b"2\r\nab\r\n") == b"ab"  # nothing was consumed
+
+
+def test_a_whole_chunk_is_not_taken_in_the_middle_of_another():
+    decoder = ChunkedDecoder()
+    assert decoder.feed(b"5\r\nab") == b"ab"
+    assert decoder.one_chunk(b"2\r\nab\r\n") is None  # these are the chunk's last 3 bytes and more
+    assert decoder.feed(b"cde\r\n") == b"cde"
+    assert decoder.one_chunk(b"2\r\nab\r\n") == b"ab"

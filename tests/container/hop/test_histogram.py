@@ -67,6 +67,24 @@ def test_scanner_reads_events_split_anywhere() -> None:
     assert record.timings == {"prompt_ms": 5, "predicted_ms": 9}
 
 
+def test_scanner_reads_one_whole_event_per_feed_as_it_reads_any_split() -> None:
+    """llama-server writes one event per chunk: a whole event is read in one step, with the same result."""
+    events = [b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n', b": keep-alive\n\n", b"\n\n",
+              b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n', b'data:{"timings":{"predicted_ms":9}}\n\n',
+              b'data: {"choices":[{"delta":{"content":"c', b'"}}]}\n\n', b"data: [DONE]\n\n"]  # fmt: skip
+    whole, split = RequestRecord(started=0.0), RequestRecord(started=0.0)
+    by_event, by_byte = SseTokenScanner(whole), SseTokenScanner(split)
+    stream = b"".join(events)
+    offsets = [sum(map(len, events[:i])) for i in range(len(events))]
+    for at, event in zip(offsets, events, strict=True):
+        by_event.feed(event, at=float(at))
+    for i in range(len(stream)):
+        by_byte.feed(stream[i : i + 1], at=float(next(o for o in reversed(offsets) if o <= i)))
+    assert by_event.done and by_byte.done
+    assert (whole.first_token, whole.gaps, whole.timings) == (split.first_token, split.gaps, split.timings)
+    assert len(whole.gaps) == 2 and whole.timings == {"predicted_ms": 9}
+
+
 def _families(m: RequestMetrics):
     return parse_prometheus(m.exposition())
 

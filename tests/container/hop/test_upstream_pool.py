@@ -15,83 +15,8 @@ import pytest
 from gguf_serve.container.hop import upstream as upstream_pool
 from gguf_serve.container.hop.proxy import ProxyServer
 
-from .conftest import KEY, TIMINGS, chat_chunk, sse
-
-ANSWER = [sse(chat_chunk("a")), sse(chat_chunk("b")), sse({**chat_chunk(None), "timings": TIMINGS}), sse("[DONE]")]
-
-
-class ScriptedUpstream:
-    """HTTP/1.1 keep-alive like cpp-httplib. Each request takes the next step of `script`:
-    "sse" a whole streamed answer; "json" a whole Content-Length answer; "close" a whole streamed answer with
-    `Connection: close` (the connection left open: the hop must close it); "cut" the answer's head and one chunk,
-    then the close; "hang" the head and one chunk, then nothing until the hop closes the connection; "drop" the
-    request read and the connection closed without a byte (a kept connection closed as the request came)."""
-
-    def __init__(self, script: list[str]) -> None:
-        self.script = list(script)
-        self.accepts = 0
-        self.requests: list[bytes] = []
-        self.open: list[socket.socket] = []
-        self.closed_by_hop = threading.Event()  # a "close" or "hang" connection that the hop closed
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            self.accepts += 1
-            self.open.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rb") as rfile:
-            while head := self._head(rfile):
-                length = next((int(v) for n, v in head if n == b"content-length"), 0)
-                self.requests.append(rfile.read(length))
-                step = self.script.pop(0) if self.script else "sse"
-                if step == "drop":
-                    return
-                if step == "json":
-                    body = json.dumps({"choices": [{"message": {"content": "ab"}}], "timings": TIMINGS}).encode()
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nKeep-Alive: timeout=5, "
-                                 b"max=100\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
-                    continue
-                close = b"Connection: close\r\n" if step == "close" else b"Keep-Alive: timeout=5, max=100\r\n"
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + close
-                             + b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
-                for piece in ANSWER if step in ("sse", "close") else ANSWER[:1]:
-                    conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
-                if step == "cut":
-                    return
-                if step != "hang":
-                    conn.sendall(b"0\r\n\r\n")
-                if step in ("close", "hang"):
-                    conn.settimeout(5)
-                    if rfile.read(1) == b"":
-                        self.closed_by_hop.set()
-                    return
-
-    @staticmethod
-    def _head(rfile) -> list[tuple[bytes, bytes]] | None:
-        if not rfile.readline():
-            return None
-        fields = []
-        while (line := rfile.readline()) not in (b"\r\n", b""):
-            name, _, value = line.partition(b":")
-            fields.append((name.strip().lower(), value.strip()))
-        return fields
-
-    def close_idle(self) -> None:
-        """llama-server's keep-alive timeout: every connection it holds is closed."""
-        for conn in self.open:
-            conn.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._sock.close()
+from .conftest import KEY
+from .scripted import ScriptedUpstream
 
 
 @pytest.fixture

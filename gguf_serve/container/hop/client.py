@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import h11
 
+from gguf_serve.container.hop.channel import Channel
 from gguf_serve.container.hop.connections import BUSY, IDLE
 
 if TYPE_CHECKING:
@@ -56,17 +57,16 @@ class Refused(Exception):
 class ClientConnection:
     """One client connection: requests one after another (h11 keeps pipelined bytes until the cycle ends)."""
 
-    def __init__(self, server: ProxyServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, server: ProxyServer, channel: Channel) -> None:
         self.server = server
         self.limits = server.limits
-        self.reader = reader
-        self.writer = writer
+        self.channel = channel
+        self.transport = channel.transport
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
         self.overflow = False  # let in past a full table: answers GET /health only, then closes
         self.task: asyncio.Task[Any] | None = None
         self.peer_eof = False
         self.head_only = False  # the current request is HEAD: answers carry no body
-        self._read: asyncio.Future[bytes] | None = None
 
     def place(self, where: str) -> None:
         self.server._connections.place(self, where)
@@ -74,7 +74,7 @@ class ClientConnection:
     def close(self) -> None:
         if self.task is not None:
             self.task.cancel()
-        self.writer.transport.abort()
+        self.transport.abort()
 
     async def run(self) -> None:
         try:
@@ -100,42 +100,31 @@ class ClientConnection:
             log.warning("connection ended: %s", e)
         finally:
             if self.h11.our_state is h11.ERROR:
-                self.writer.transport.abort()
+                self.transport.abort()
             else:
                 if self.h11.their_state not in (h11.DONE, h11.IDLE, h11.CLOSED) and not self.peer_eof:
                     await self._linger()
-                self.writer.close()
-            if self._read is not None:
-                self._read.cancel()
+                self.transport.close()
 
     async def _linger(self, seconds: float = 2.0, most: int = 4 * 1024 * 1024) -> None:
         """After an answer to a request whose body is still arriving (413, 429, 408): half-close and drop what
         comes for a moment, so that the client reads the answer before the close resets the connection."""
         end, dropped = time.monotonic() + seconds, 0
         with contextlib.suppress(Exception):
-            self.writer.write_eof()
+            self.transport.write_eof()
             while dropped < most and (left := end - time.monotonic()) > 0:
-                read, self._read = self._read or asyncio.ensure_future(self.reader.read(READ_SIZE)), None
-                done, _ = await asyncio.wait({read}, timeout=left)
-                if not done:
-                    read.cancel()
-                    return
-                data = read.result()
+                data = await self.channel.read(READ_SIZE, left)  # TimeoutError: the linger is over
                 if not data:
                     return
                 dropped += len(data)
 
     async def receive(self, timeout: float, size: int = READ_SIZE) -> None:
-        """Feed h11 the next bytes. The read outlives a timeout or a cancelled caller and is picked up by the next
-        call: cancelling a read that already got bytes would lose them (asyncio.wait_for's race)."""
-        if self._read is None:
-            self._read = asyncio.ensure_future(self.reader.read(size))
-        done, _ = await asyncio.wait({self._read}, timeout=timeout)
-        if not done:
-            raise TimeoutError
-        read, self._read = self._read, None
+        """Feed h11 the next bytes (TimeoutError when none came in time). What arrives after a timeout or a
+        cancelled caller stays in the channel for the next call."""
         try:
-            data = read.result()
+            data = await self.channel.read(size, timeout)
+        except TimeoutError:
+            raise
         except (ConnectionError, OSError) as e:
             raise ClientGone(str(e)) from None
         if not data:
@@ -178,7 +167,7 @@ class ClientConnection:
     async def write(self, data: bytes) -> None:
         """Bytes to the client; waits (at most send_timeout_s) only while its buffer is over the high-water mark:
         a drain wrapped in wait_for on every token cost a task and a timer each."""
-        transport = self.writer.transport
+        transport = self.transport
         if transport.is_closing():
             raise ClientGone("the client connection closed")
         transport.write(data)
@@ -188,7 +177,7 @@ class ClientConnection:
     async def drain(self) -> None:
         """Wait until the client takes what is buffered for it: at most send_timeout_s, then it is gone."""
         try:
-            await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
+            await asyncio.wait_for(self.channel.drain(), self.limits.send_timeout_s)
         except (ConnectionError, OSError, TimeoutError) as e:
             raise ClientGone(str(e) or type(e).__name__) from None
 
@@ -214,12 +203,12 @@ class ClientConnection:
         """An error answer to a head h11 has not parsed (so it cannot frame it), then close after a linger."""
         body = error_body(status, message, "invalid_request_error")
         reason = {400: b"Bad Request"}.get(status, b"Error")
-        self.writer.write(
+        self.transport.write(
             b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
             % (status, reason, len(body), body)
         )
-        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-            await asyncio.wait_for(self.writer.drain(), self.limits.send_timeout_s)
+        with contextlib.suppress(ClientGone):
+            await self.drain()
         await self._linger()
 
     def take_buffered_body(self) -> bool:

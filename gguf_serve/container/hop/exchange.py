@@ -86,7 +86,7 @@ class Exchange:
         except (OSError, TimeoutError, h11.RemoteProtocolError, ChunkedError) as e:
             log.warning("upstream answer broke off: %s: %s", type(e).__name__, e)
             if self.head_sent:
-                conn.writer.transport.abort()  # no final chunk: the client sees a cut answer, not a complete one
+                conn.transport.abort()  # no final chunk: the client sees a cut answer, not a complete one
                 self._observe("upstream_closed")
             else:
                 self._observe(502)

@@ -29,7 +29,8 @@ import h11
 
 from gguf_serve.container.hop import admission
 from gguf_serve.container.hop.auth import ApiKeys
-from gguf_serve.container.hop.client import READ_SIZE, ClientConnection, Refused, error_body
+from gguf_serve.container.hop.channel import Channel
+from gguf_serve.container.hop.client import ClientConnection, Refused, error_body
 from gguf_serve.container.hop.connections import ConnectionTable
 from gguf_serve.container.hop.drain import Drainer, DrainState
 from gguf_serve.container.hop.gpu import GpuReader
@@ -183,7 +184,7 @@ class ProxyServer:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._accept, sock=self._sock, limit=READ_SIZE)
+        server = await self._loop.create_server(lambda: Channel(self._connected), sock=self._sock)
         watch = asyncio.create_task(self.drainer.run(self)) if self.drainer is not None else None
         self._started.set()
         try:
@@ -198,18 +199,22 @@ class ProxyServer:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
+    def _connected(self, channel: Channel) -> None:
+        """A new client connection: in the table (or refused), and a task that serves it."""
+        transport = channel.transport
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = ClientConnection(self, reader, writer)
+        conn = ClientConnection(self, channel)
         place = self._connections.admit(conn)
         if place is None:  # every connection is answering and the overflow is full: refuse rather than grow
-            writer.transport.abort()
+            transport.abort()
             return
         conn.overflow = place == "overflow"
-        conn.task = asyncio.current_task()
+        conn.task = asyncio.get_running_loop().create_task(self._serve_connection(conn))
+
+    async def _serve_connection(self, conn: ClientConnection) -> None:
         try:
             await conn.run()
         except asyncio.CancelledError:

@@ -112,7 +112,7 @@ async def _stream(ex: Exchange, upstream: UpstreamConnection, scanner: SseTokenS
             upstream.resume_reading()
     finally:
         upstream.unrelay()
-    transport = ex.conn.writer.transport
+    transport = ex.conn.transport
     if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
         await ex.conn.drain()  # the last chunk counts as sent once the client took it, as every other write
     record = scanner.record
@@ -131,7 +131,7 @@ class StreamRelay:
     def __init__(self, ex: Exchange, upstream: UpstreamConnection, scanner: SseTokenScanner) -> None:
         self.ex, self.server, self.upstream = ex, ex.server, upstream
         self.scanner, self.record = scanner, scanner.record
-        self.client: asyncio.WriteTransport = ex.conn.writer.transport  # type: ignore[assignment]
+        self.client = ex.conn.transport
         self.h11 = ex.conn.h11
         self.high = self.client.get_write_buffer_limits()[1]
         self.decoder = ChunkedDecoder()

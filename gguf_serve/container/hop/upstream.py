@@ -22,10 +22,11 @@ import time
 import typing
 from collections import deque
 
+from gguf_serve.container.hop.channel import BUFFER_LIMIT, Channel
+
 UPSTREAM_IDLE_S = 2.0  # under cpp-httplib's keep-alive timeout (CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND, 5 s)
 UPSTREAM_SPARE = 4  # idle connections kept beyond llama-server's slots: /metrics and requests queued for a slot
 RESEND_MAX_BYTES = 1024 * 1024  # a request body up to this size is kept to send again; a larger one is not resent
-BUFFER_LIMIT = 2 * 65536  # bytes read and not yet taken beyond which reading pauses (StreamReader's 2 * limit)
 
 
 class Sink(typing.Protocol):
@@ -37,90 +38,26 @@ class Sink(typing.Protocol):
         """llama-server closed (None) or the connection broke, before the sink let go."""
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection(Channel):
     """One TCP connection to llama-server; `reused` once it has carried an answer before."""
 
+    keep_open_at_eof = False  # llama-server never half-closes a connection it still answers on
+
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        super().__init__()
         self.reused = False
         self.idle_since = 0.0
-        self._pieces: list[bytes] = []  # read, not taken yet
-        self._buffered = 0
-        self._eof = False  # llama-server closed its side, or the connection is gone
-        self._error: BaseException | None = None  # why the connection broke
-        self._waiter: asyncio.Future[None] | None = None  # a read() waiting for bytes
-        self._drainer: asyncio.Future[None] | None = None  # a drain() waiting for the socket to take bytes
-        self._write_paused = False
-        self._read_paused = False  # by the buffer limit or by the sink
         self._sink: Sink | None = None
-
-    # --- asyncio.Protocol ------------------------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         if self._sink is not None:
             self._sink.feed(data)
-            return
-        self._pieces.append(data)
-        self._buffered += len(data)
-        if self._buffered > BUFFER_LIMIT and not self._read_paused:
-            self.pause_reading()
-        self._wake()
+        else:
+            super().data_received(data)
 
-    def eof_received(self) -> bool:
-        self._lost(None)
-        return False  # the transport closes: llama-server never half-closes a connection it still answers on
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost(exc)
-        drainer, self._drainer = self._drainer, None
-        if drainer is not None and not drainer.done():
-            drainer.set_exception(ConnectionResetError("connection to llama-server lost"))
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        drainer, self._drainer = self._drainer, None
-        if drainer is not None and not drainer.done():
-            drainer.set_result(None)
-
-    # --- pulling ---------------------------------------------------------------------------------------------------
-    async def read(self) -> bytes:
-        """What has arrived (waiting for something when nothing has); b"" once llama-server closed."""
-        if not self._pieces and not self._eof:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        if self._pieces:
-            if self._read_paused and self._sink is None:
-                self.resume_reading()
-            return self._take()
-        if self._error is not None:
-            raise self._error
-        return b""
-
-    def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-
-    async def drain(self) -> None:
-        """Wait while the socket's send buffer is over its high-water mark (one writer: the request body's pump)."""
-        if self.transport is None or self.transport.is_closing():
-            raise ConnectionResetError("connection to llama-server lost")
-        if self._write_paused:
-            if self._drainer is None or self._drainer.done():
-                self._drainer = asyncio.get_running_loop().create_future()
-            await self._drainer
-
-    # --- pushing ---------------------------------------------------------------------------------------------------
     def relay(self, sink: Sink, first: bytes = b"") -> None:
         """From now on every read goes to `sink`, until `unrelay`: `first` (bytes already taken from this connection)
-        and what had arrived before it goes first."""
+        and what had arrived after it go first."""
         self._sink = sink
         if self._read_paused:
             self.resume_reading()  # paused for a full buffer that the sink takes now; the sink may pause it again
@@ -137,22 +74,6 @@ class UpstreamConnection(asyncio.Protocol):
         if self._read_paused and self._buffered <= BUFFER_LIMIT:
             self.resume_reading()
 
-    def _take(self) -> bytes:
-        pieces, self._pieces, self._buffered = self._pieces, [], 0
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-    def pause_reading(self) -> None:
-        if self.transport is not None and not self._read_paused:
-            self._read_paused = True
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.transport is not None and self._read_paused:
-            self._read_paused = False
-            if not self.transport.is_closing():
-                self.transport.resume_reading()
-
-    # --- state -----------------------------------------------------------------------------------------------------
     def usable(self) -> bool:
         """Open both ways, nothing unread: llama-server has not closed it (EOF), reset it or sent something unasked."""
         transport = self.transport
@@ -162,18 +83,11 @@ class UpstreamConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()  # closing upstream cancels llama-server's task (is_connection_closed)
 
-    def _lost(self, error: BaseException | None) -> None:
-        if self._eof:
-            return
-        self._eof, self._error = True, error
-        self._wake()
-        if self._sink is not None:
+    def _ended(self, error: BaseException | None) -> None:
+        first = not self._eof
+        super()._ended(error)
+        if first and self._sink is not None:
             self._sink.ended(error)
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
 
 class UpstreamPool:

@@ -4,7 +4,7 @@ llama.cpp's /metrics has counters and gauges only. This hop passes every request
 streams chunk by chunk, the API key untouched: llama-server checks it) and records per request the time to
 first token, the gaps between tokens, the queue wait, the decode speed and the draft acceptance, as Prometheus
 histograms appended to llama-server's own /metrics. Standard library and h11 (pure Python, pinned): it runs in the
-serving image. It also bounds what a client can hold and sheds load with 429 (gguf_serve/container/hop/proxy.py).
+serving image. It also bounds what a client can hold (client.py) and sheds load with 429 (admission.py).
 """
 
 from gguf_serve.container.hop.histogram import Histogram

@@ -11,18 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import h11
 
 from gguf_serve.container.hop.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE, needs_key
-from gguf_serve.container.hop.client import READ_SIZE, ClientConnection, Refused, error_body
+from gguf_serve.container.hop.client import READ_SIZE, ClientConnection, Hop, Refused, error_body
 from gguf_serve.container.hop.exchange import Exchange, forwarded_headers
 from gguf_serve.container.hop.metrics import RequestRecord
-
-if TYPE_CHECKING:
-    from gguf_serve.container.hop.proxy import ProxyServer
 
 log = logging.getLogger("gguf-serve-hop")
 
@@ -150,7 +146,7 @@ async def _health(conn: ClientConnection, request: h11.Request) -> None:
     await conn.relay_whole(status, headers, body)
 
 
-async def _fetch(server: ProxyServer, request: h11.Request, *, limit: int) -> tuple[int, list, bytes]:
+async def _fetch(server: Hop, request: h11.Request, *, limit: int) -> tuple[int, list, bytes]:
     """A bodiless request to llama-server with the caller's headers; the whole answer, up to `limit` bytes."""
     upstream = await server.upstream.connect()  # a new connection: a health check never waits on a kept one
     try:

@@ -94,7 +94,7 @@ class Channel(asyncio.Protocol):
         if self._write_paused:
             if self._drainer is None or self._drainer.done():
                 self._drainer = asyncio.get_running_loop().create_future()
-            await self._drainer
+            await asyncio.shield(self._drainer)  # a caller's timeout leaves it to another waiter
 
     def pause_reading(self) -> None:
         if not self._read_paused:

@@ -16,15 +16,17 @@ import logging
 import re
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import h11
 
+from gguf_serve.container.hop.auth import ApiKeys
 from gguf_serve.container.hop.channel import Channel
 from gguf_serve.container.hop.connections import BUSY, IDLE
-
-if TYPE_CHECKING:
-    from gguf_serve.container.hop.proxy import ProxyServer
+from gguf_serve.container.hop.drain import DrainState
+from gguf_serve.container.hop.limits import Admission, Limits
+from gguf_serve.container.hop.metrics import RequestMetrics
+from gguf_serve.container.hop.upstream import UpstreamPool
 
 log = logging.getLogger("gguf-serve-hop")
 
@@ -42,6 +44,29 @@ def error_body(status: int, message: str, kind: str, code: str | None = None) ->
     return json.dumps({"error": {"code": code or status, "message": message, "type": kind, "param": None}}).encode()
 
 
+class Hop(Protocol):
+    """What a client connection and its requests use of the hop (proxy.ProxyServer)."""
+
+    limits: Limits
+    admission: Admission
+    metrics: RequestMetrics
+    upstream: UpstreamPool
+    upstream_netloc: str
+    upstream_timeout_s: float
+    keys: ApiKeys | None
+    drain: DrainState | None
+    in_flight: int
+    last_upstream_byte: float
+
+    def rewrite(self, request: h11.Request) -> h11.Request: ...
+
+    async def handle(self, conn: ClientConnection, request: h11.Request) -> None: ...
+
+    def place(self, conn: ClientConnection, where: str) -> None: ...
+
+    def hop_exposition(self) -> str: ...
+
+
 class ClientGone(Exception):
     """The client closed, reset or stopped reading."""
 
@@ -57,7 +82,7 @@ class Refused(Exception):
 class ClientConnection:
     """One client connection: requests one after another (h11 keeps pipelined bytes until the cycle ends)."""
 
-    def __init__(self, server: ProxyServer, channel: Channel) -> None:
+    def __init__(self, server: Hop, channel: Channel) -> None:
         self.server = server
         self.limits = server.limits
         self.channel = channel
@@ -69,7 +94,7 @@ class ClientConnection:
         self.head_only = False  # the current request is HEAD: answers carry no body
 
     def place(self, where: str) -> None:
-        self.server._connections.place(self, where)
+        self.server.place(self, where)
 
     def close(self) -> None:
         if self.task is not None:

@@ -13,19 +13,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import h11
 
 from gguf_serve.container.hop.chunked import ChunkedError
-from gguf_serve.container.hop.client import HOP_BY_HOP, READ_SIZE, ClientConnection, ClientGone, Refused
+from gguf_serve.container.hop.client import HOP_BY_HOP, READ_SIZE, ClientConnection, ClientGone, Hop, Refused
 from gguf_serve.container.hop.connections import BODY, BUSY
 from gguf_serve.container.hop.metrics import RequestRecord
-from gguf_serve.container.hop.relay import relay_answer
+from gguf_serve.container.hop.relay import Answer
 from gguf_serve.container.hop.upstream import RESEND_MAX_BYTES, UpstreamConnection
-
-if TYPE_CHECKING:
-    from gguf_serve.container.hop.proxy import ProxyServer
 
 log = logging.getLogger("gguf-serve-hop")
 
@@ -34,7 +31,7 @@ class Unreachable(Exception):
     """No connection to llama-server could be made."""
 
 
-class Exchange:
+class Exchange(Answer):
     """One forwarded request: the body streams up while the answer streams back; either side leaving ends both."""
 
     def __init__(
@@ -118,14 +115,6 @@ class Exchange:
         self._body = asyncio.create_task(self._pump_body())
         await self._relay_watched(upstream, self._body)
 
-    async def read_upstream(self, upstream: UpstreamConnection) -> bytes:
-        """The next bytes from llama-server (b"" at its end); the relay's watcher stops a silent one."""
-        data = await upstream.read()
-        if data:
-            self.last_byte = self.server.last_upstream_byte = time.monotonic()
-            self._resend = None  # an answer under way: the request is never sent twice
-        return data
-
     def _send_up(self, event: h11.Event) -> None:
         """Frame an event for llama-server; _flush_up writes what is framed (a head and a body that came with it
         go out in one write)."""
@@ -176,7 +165,7 @@ class Exchange:
         body.add_done_callback(self._body_ended)
         self._silence = loop.call_later(self.server.upstream_timeout_s, self._check_silence)
         try:
-            await relay_answer(self, upstream)
+            await self.relay_answer(upstream)
         except asyncio.CancelledError:
             self._relaying = False
             reason = self._interrupt
@@ -268,7 +257,7 @@ class Exchange:
 
 
 def forwarded_headers(
-    server: ProxyServer, request: h11.Request, chunked: bool, *, bodiless: bool = False
+    server: Hop, request: h11.Request, chunked: bool, *, bodiless: bool = False
 ) -> list[tuple[bytes, bytes]]:
     dropped = HOP_BY_HOP | {b"content-length"} if bodiless else HOP_BY_HOP  # a body the hop does not forward
     headers = [(b"Host", server.upstream_netloc.encode())]

@@ -22,7 +22,6 @@ import logging
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import h11
@@ -34,42 +33,13 @@ from gguf_serve.container.hop.client import ClientConnection, Refused, error_bod
 from gguf_serve.container.hop.connections import ConnectionTable
 from gguf_serve.container.hop.drain import Drainer, DrainState
 from gguf_serve.container.hop.gpu import GpuReader
+from gguf_serve.container.hop.limits import Admission, Limits
 from gguf_serve.container.hop.metrics import RequestMetrics
 from gguf_serve.container.hop.upstream import UPSTREAM_SPARE, UpstreamPool
 
 __all__ = ["Admission", "Limits", "ProxyServer", "Refused", "error_body"]
 
 log = logging.getLogger("gguf-serve-hop")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one client can hold. Times in seconds, sizes in bytes."""
-
-    max_body_bytes: int = 64 * 1024 * 1024  # larger request bodies get 413 (a long prompt is a few MiB of JSON)
-    max_header_bytes: int = 32 * 1024  # request line and headers; more gets 431
-    header_timeout_s: float = 10.0  # from a request's first byte to the end of its headers
-    body_timeout_s: float = 30.0  # between two pieces of a request body
-    body_deadline_s: float = 120.0  # for a whole request body (64 MiB at 4.5 Mbit/s); then 408
-    idle_timeout_s: float = 620.0  # keep-alive between requests: above the ALB's 600 s idle timeout
-    send_timeout_s: float = 120.0  # a client that takes no bytes for this long is gone
-    max_connections: int = 4096  # past it, the longest-idle connection is closed for the new one
-    overflow_connections: int = 64  # past a full table of busy connections: these answer GET /health only
-    connect_timeout_s: float = 5.0
-    health_timeout_s: float = 0.5
-
-
-@dataclass(frozen=True)
-class Admission:
-    """Slot-taking requests in flight beyond slots * (1 + queue_per_slot) are shed with 429."""
-
-    slots: int = 1
-    queue_per_slot: int | None = None  # None: never shed
-    retry_after_s: int = 2
-
-    @property
-    def limit(self) -> int | None:
-        return None if self.queue_per_slot is None else self.slots * (1 + self.queue_per_slot)
 
 
 class ProxyServer:
@@ -171,6 +141,10 @@ class ProxyServer:
     async def handle(self, conn: ClientConnection, request: h11.Request) -> None:
         """A request read on a client connection: answered here or forwarded (admission.py)."""
         await admission.handle(conn, request)
+
+    def place(self, conn: ClientConnection, where: str) -> None:
+        """Where a client connection is in the table (connections.py): whom to close first when it is full."""
+        self._connections.place(conn, where)
 
     def hop_exposition(self) -> str:
         self.metrics.connections = len(self._connections)

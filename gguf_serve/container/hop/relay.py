@@ -14,111 +14,157 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import h11
 
 from gguf_serve.container.hop.chunked import ChunkedDecoder
-from gguf_serve.container.hop.client import HOP_BY_HOP, ClientGone
-from gguf_serve.container.hop.metrics import SseTokenScanner
+from gguf_serve.container.hop.client import HOP_BY_HOP, ClientConnection, ClientGone, Hop
+from gguf_serve.container.hop.metrics import RequestRecord, SseTokenScanner
 from gguf_serve.container.hop.upstream import UpstreamConnection
-
-if TYPE_CHECKING:
-    from gguf_serve.container.hop.exchange import Exchange
 
 MAX_KEPT_BODY = 8 * 1024 * 1024  # a non-streamed answer is read for its timings up to this size
 MAX_METRICS_BODY = 16 * 1024 * 1024
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-async def relay_answer(ex: Exchange, upstream: UpstreamConnection) -> None:
-    conn, up, server, record = ex.conn, ex.up, ex.server, ex.record
-    metrics_route = ex.request.method == b"GET" and ex.route == "/metrics"
-    scanner: SseTokenScanner | None = None
-    kept: bytearray | None = None
-    while True:
-        event = up.next_event()
-        if event is h11.NEED_DATA:
-            up.receive_data(await ex.read_upstream(upstream))
-            continue
-        if isinstance(event, h11.InformationalResponse):
-            continue
-        if isinstance(event, h11.Response):
-            ex.keep_alive = _keeps_alive(event)
-            if metrics_route:
-                await _metrics(ex, event, upstream)
-                return
-            headers = [(n, v) for n, v in event.headers.raw_items() if n.lower() not in HOP_BY_HOP]
-            if record is not None:
-                record.status = event.status_code
-                ctype = event.headers and dict(event.headers).get(b"content-type", b"")
-                record.stream = bool(ctype) and ctype.startswith(b"text/event-stream")
-                scanner = SseTokenScanner(record) if record.stream else None
-                kept = bytearray() if not record.stream and event.status_code == 200 else None
-            if conn.h11.their_state is h11.SEND_BODY:  # answered before the body is in: a refusal; then close
-                headers.append((b"connection", b"close"))
-            await conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
-            ex.head_sent = True
-            if scanner is not None and _chunked_both_ways(ex, event) and ex.body_in:
-                await _stream(ex, upstream, scanner, up.trailing_data[0])
-                return
-        elif isinstance(event, h11.Data):
-            if scanner is not None:
-                scanner.feed(event.data, time.monotonic())
-            elif kept is not None and len(kept) + len(event.data) <= MAX_KEPT_BODY:
-                kept += event.data
-            await conn.send(h11.Data(data=event.data))
-            if scanner is not None and scanner.done and record is not None:
-                record.answered = True
-        elif isinstance(event, h11.EndOfMessage):
-            ex.answer_read = not up.trailing_data[0]  # llama-server sends nothing after its answer
-            if record is not None:
-                record.finished = time.monotonic()
-                if kept is not None:
-                    record.timings = _timings(bytes(kept))
-            # llama-server may answer before the body is in: then the client's h11 is not DONE and run() closes
-            await conn.send(h11.EndOfMessage())
-            ex.completed = True
-            if record is not None:
-                server.metrics.observe(record)
-            return
-        elif isinstance(event, h11.ConnectionClosed):
-            raise h11.RemoteProtocolError("upstream closed")
+class Answer:
+    """The answer's half of an exchange (exchange.Exchange): what it reads of the request and what it records."""
 
+    conn: ClientConnection
+    server: Hop
+    request: h11.Request
+    route: str
+    record: RequestRecord | None
+    up: h11.Connection  # llama-server's side of this exchange
+    head_sent: bool  # the answer's head went to the client: an error now cuts the answer, it is no 502
+    completed: bool  # the whole answer reached the client
+    keep_alive: bool  # llama-server's answer leaves the connection open (HTTP/1.1, no Connection: close)
+    answer_read: bool  # and it was read to its end
+    last_byte: float  # time.monotonic() of llama-server's last byte: the silence timer reads it
+    _resend: list[h11.Event] | None
 
-def _chunked_both_ways(ex: Exchange, response: h11.Response) -> bool:
-    """llama-server sends the answer chunked, and h11 frames it chunked for this client (HTTP/1.1, a body)."""
-    upstream = any(name == b"transfer-encoding" for name, _ in response.headers)
-    client = ex.conn.h11.their_http_version == b"1.1" and not ex.conn.head_only
-    return upstream and client and response.status_code not in (204, 304)
+    async def read_upstream(self, upstream: UpstreamConnection) -> bytes:
+        """The next bytes from llama-server (b"" at its end); the relay's watcher stops a silent one."""
+        data = await upstream.read()
+        if data:
+            self.last_byte = self.server.last_upstream_byte = time.monotonic()
+            self._resend = None  # an answer under way: the request is never sent twice
+        return data
 
-
-async def _stream(ex: Exchange, upstream: UpstreamConnection, scanner: SseTokenScanner, buffered: bytes) -> None:
-    """An SSE answer, chunked both ways, relayed by StreamRelay from the read callback; this task only waits for
-    its end, or for the client to take its bytes when it falls behind. The hop's cost per token."""
-    relay = StreamRelay(ex, upstream, scanner)
-    try:
-        upstream.relay(relay, buffered)
+    async def relay_answer(self, upstream: UpstreamConnection) -> None:
+        """llama-server's answer to this request back to the client, timed."""
+        conn, up, server, record = self.conn, self.up, self.server, self.record
+        metrics_route = self.request.method == b"GET" and self.route == "/metrics"
+        scanner: SseTokenScanner | None = None
+        kept: bytearray | None = None
         while True:
-            await relay.wake
-            if relay.error is not None:
-                raise relay.error
-            if relay.done:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                up.receive_data(await self.read_upstream(upstream))
+                continue
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                self.keep_alive = _keeps_alive(event)
+                if metrics_route:
+                    await self._metrics(event, upstream)
+                    return
+                headers = [(n, v) for n, v in event.headers.raw_items() if n.lower() not in HOP_BY_HOP]
+                if record is not None:
+                    record.status = event.status_code
+                    ctype = event.headers and dict(event.headers).get(b"content-type", b"")
+                    record.stream = bool(ctype) and ctype.startswith(b"text/event-stream")
+                    scanner = SseTokenScanner(record) if record.stream else None
+                    kept = bytearray() if not record.stream and event.status_code == 200 else None
+                if conn.h11.their_state is h11.SEND_BODY:  # answered before the body is in: a refusal; then close
+                    headers.append((b"connection", b"close"))
+                await conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
+                self.head_sent = True
+                if scanner is not None and self._chunked_both_ways(event):
+                    await self._stream(upstream, scanner, up.trailing_data[0])
+                    return
+            elif isinstance(event, h11.Data):
+                if scanner is not None:
+                    scanner.feed(event.data, time.monotonic())
+                elif kept is not None and len(kept) + len(event.data) <= MAX_KEPT_BODY:
+                    kept += event.data
+                await conn.send(h11.Data(data=event.data))
+                if scanner is not None and scanner.done and record is not None:
+                    record.answered = True
+            elif isinstance(event, h11.EndOfMessage):
+                self.answer_read = not up.trailing_data[0]  # llama-server sends nothing after its answer
+                if record is not None:
+                    record.finished = time.monotonic()
+                    if kept is not None:
+                        record.timings = _timings(bytes(kept))
+                # llama-server may answer before the body is in: then the client's h11 is not DONE and run() closes
+                await conn.send(h11.EndOfMessage())
+                self.completed = True
+                if record is not None:
+                    server.metrics.observe(record)
+                return
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed")
+
+    def _chunked_both_ways(self, response: h11.Response) -> bool:
+        """llama-server sends the answer chunked, and h11 frames it chunked for this client (HTTP/1.1, a body)."""
+        upstream = any(name == b"transfer-encoding" for name, _ in response.headers)
+        client = self.conn.h11.their_http_version == b"1.1" and not self.conn.head_only
+        return upstream and client and response.status_code not in (204, 304)
+
+    async def _stream(self, upstream: UpstreamConnection, scanner: SseTokenScanner, buffered: bytes) -> None:
+        """An SSE answer, chunked both ways, relayed by StreamRelay from the read callback; this task only waits for
+        its end, or for the client to take its bytes when it falls behind. The hop's cost per token."""
+        relay = StreamRelay(self, upstream, scanner)
+        try:
+            upstream.relay(relay, buffered)
+            while True:
+                await relay.wake
+                if relay.error is not None:
+                    raise relay.error
+                if relay.done:
+                    break
+                await self.conn.drain()  # over the client's high-water mark: reading llama-server waits for this
+                if relay.error is not None:
+                    raise relay.error
+                relay.wake = asyncio.get_running_loop().create_future()
+                upstream.resume_reading()
+        finally:
+            upstream.unrelay()
+        transport = self.conn.transport
+        if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
+            await self.conn.drain()  # the last chunk counts as sent once the client took it, as every other write
+        record = scanner.record
+        record.answered = record.answered or scanner.done
+        self.completed = True
+        self.server.metrics.observe(record)
+
+    async def _metrics(self, response: h11.Response, upstream: UpstreamConnection) -> None:
+        up, conn = self.up, self.conn
+        parts = bytearray()
+        while True:
+            event = up.next_event()
+            if event is h11.NEED_DATA:
+                up.receive_data(await self.read_upstream(upstream))
+            elif isinstance(event, h11.Data):
+                parts += event.data
+                if len(parts) > MAX_METRICS_BODY:
+                    raise h11.RemoteProtocolError("upstream /metrics too large")
+            elif isinstance(event, h11.EndOfMessage):
+                self.answer_read = not up.trailing_data[0]
                 break
-            await ex.conn.drain()  # over the client's high-water mark: reading llama-server waits for this
-            if relay.error is not None:
-                raise relay.error
-            relay.wake = asyncio.get_running_loop().create_future()
-            upstream.resume_reading()
-    finally:
-        upstream.unrelay()
-    transport = ex.conn.transport
-    if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
-        await ex.conn.drain()  # the last chunk counts as sent once the client took it, as every other write
-    record = scanner.record
-    record.answered = record.answered or scanner.done
-    ex.completed = True
-    ex.server.metrics.observe(record)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise h11.RemoteProtocolError("upstream closed")
+        headers = list(response.headers.raw_items())
+        payload = bytes(parts)
+        if response.status_code == 200:  # 401 without the key, 503 while loading: llama-server's answer as it is
+            hop = await asyncio.to_thread(self.server.hop_exposition)  # nvidia-smi may take a while
+            payload = payload.rstrip(b"\n") + b"\n" + hop.encode()
+            if not any(n.lower() == b"content-type" for n, _ in headers):
+                headers.append((b"Content-Type", METRICS_CONTENT_TYPE.encode()))
+        self.head_sent = True  # from here an error cannot become a 502 cleanly
+        await conn.relay_whole(response.status_code, headers, payload)
 
 
 class StreamRelay:
@@ -128,7 +174,7 @@ class StreamRelay:
     __slots__ = ("client", "decoder", "done", "error", "ex", "h11", "high", "record", "scanner", "server", "upstream",
                  "wake")  # fmt: skip
 
-    def __init__(self, ex: Exchange, upstream: UpstreamConnection, scanner: SseTokenScanner) -> None:
+    def __init__(self, ex: Answer, upstream: UpstreamConnection, scanner: SseTokenScanner) -> None:
         self.ex, self.server, self.upstream = ex, ex.server, upstream
         self.scanner, self.record = scanner, scanner.record
         self.client = ex.conn.transport
@@ -191,33 +237,6 @@ class StreamRelay:
     def _wake(self) -> None:
         if not self.wake.done():
             self.wake.set_result(None)
-
-
-async def _metrics(ex: Exchange, response: h11.Response, upstream: UpstreamConnection) -> None:
-    up, conn = ex.up, ex.conn
-    parts = bytearray()
-    while True:
-        event = up.next_event()
-        if event is h11.NEED_DATA:
-            up.receive_data(await ex.read_upstream(upstream))
-        elif isinstance(event, h11.Data):
-            parts += event.data
-            if len(parts) > MAX_METRICS_BODY:
-                raise h11.RemoteProtocolError("upstream /metrics too large")
-        elif isinstance(event, h11.EndOfMessage):
-            ex.answer_read = not up.trailing_data[0]
-            break
-        elif isinstance(event, h11.ConnectionClosed):
-            raise h11.RemoteProtocolError("upstream closed")
-    headers = list(response.headers.raw_items())
-    payload = bytes(parts)
-    if response.status_code == 200:  # 401 without the key, 503 while loading: llama-server's answer as it is
-        hop = await asyncio.to_thread(ex.server.hop_exposition)  # nvidia-smi may take a while
-        payload = payload.rstrip(b"\n") + b"\n" + hop.encode()
-        if not any(n.lower() == b"content-type" for n, _ in headers):
-            headers.append((b"Content-Type", METRICS_CONTENT_TYPE.encode()))
-    ex.head_sent = True  # from here an error cannot become a 502 cleanly
-    await conn.relay_whole(response.status_code, headers, payload)
 
 
 def _keeps_alive(response: h11.Response) -> bool:

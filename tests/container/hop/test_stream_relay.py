@@ -134,3 +134,21 @@ def test_a_client_that_stops_reading_is_let_go_after_the_send_timeout(scripted, 
     with _ask(relay_hop) as again:
         assert _read_answer(again)[1]
     assert scripted.accepts == 2
+
+
+def test_a_client_that_leaves_while_behind_closes_llama_servers_connection_at_once(scripted, monkeypatch) -> None:
+    monkeypatch.setattr(upstream_pool, "UPSTREAM_IDLE_S", 60.0)
+    hop = ProxyServer(("127.0.0.1", 0), scripted.url, limits=Limits(send_timeout_s=30.0))
+    threading.Thread(target=hop.serve_forever, daemon=True).start()
+    try:
+        scripted.script = ["big"]
+        client = _ask(hop, rcvbuf=65536)
+        _wait(lambda: scripted.sent > 0)
+        time.sleep(0.3)  # the relay is paused for this client
+        client.close()  # unread bytes: a reset
+        assert scripted.closed_by_hop.wait(3)  # not at the 30 s send timeout: the reset ends the wait
+        _wait(lambda: _requests(hop, "client_closed") == 1)
+        assert len(hop.upstream) == 0
+    finally:
+        hop.shutdown()
+        hop.server_close()

@@ -87,6 +87,7 @@ class AppPlan:
     built: dict[str, ServingProfile] = field(default_factory=dict)
     hosting: dict[str, SageMakerHosting] = field(default_factory=dict)
     lock_refused: dict[str, str] = field(default_factory=dict)
+    unbuilt: dict[str, str] = field(default_factory=dict)  # EC2 stack -> why its profile did not load (twins only)
     eks: tuple[ServicePlan, ...] = ()  # EksServingStack's profiles (eksProfiles), one plan each; () no cluster
     zones: tuple[str, ...] = ()  # the region's pinned zones
 
@@ -143,6 +144,7 @@ def plan_app(
     return AppPlan(
         options, services, refusals, tuple(unplanned), twins=twins, built=built, hosting=catalog.hosting,
         lock_refused=dict(resolution.refused), eks=eks, zones=tuple(zones),
+        unbuilt={n: why for n in twins if n not in built and (why := catalog.problems.get(str(files.get(n))))},
     )  # fmt: skip
 
 
@@ -192,7 +194,7 @@ def build_app(
     refusals = None if annotate_refusals else plan.refusals
     add_sagemaker_stacks(
         app, models=plan.twins, built=plan.built, hosting=plan.hosting, refused=plan.lock_refused,
-        options=plan.options, zones=list(plan.zones), env=env, refusals=refusals,
+        unbuilt=plan.unbuilt, options=plan.options, zones=list(plan.zones), env=env, refusals=refusals,
     )  # fmt: skip
     if plan.eks:
         _eks_stack(app, plan, env, refusals)

@@ -50,6 +50,6 @@ def served(tmp_path):
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     handler.log_message = lambda *args: None  # type: ignore[method-assign]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

@@ -61,6 +61,23 @@ OPTION_SETS: dict[str, dict[str, str]] = {
 EC2_ONLY = ("ningxia-from-zero", "beijing-cost-saver")
 
 
+# Relative cost of a set's synthesis (stacks synthesized), for sharing them out among workers.
+WEIGHT = {name: 1 if name in EC2_ONLY else 2 for name in OPTION_SETS}
+
+
+def share(worker: int, workers: int) -> list[str]:
+    """The option sets worker number `worker` of `workers` synthesizes first: the heaviest set to the least loaded
+    worker, in turn (with 2 workers: the committed set to one, the two others to the other)."""
+    load = [0] * workers
+    mine: list[str] = []
+    for name in sorted(OPTION_SETS, key=lambda n: -WEIGHT[n]):
+        least = load.index(min(load))
+        load[least] += WEIGHT[name]
+        if least == worker:
+            mine.append(name)
+    return mine
+
+
 @dataclass(frozen=True)
 class Synthesized:
     """One option set's cloud assembly, as `cdk synth` writes it."""

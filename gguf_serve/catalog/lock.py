@@ -70,6 +70,11 @@ class RangedFile(io.RawIOBase):
         self.pos = end
         return out
 
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
     def _fetch(self, missing: list[int]) -> None:
         if not missing:
             return
@@ -135,8 +140,9 @@ def lock_model(
                 f"the catalog can plan ({lockfile.MAX_VOLUME_GIB:,} GiB, gp3's limit); not a file this fleet can serve"
             )
         remote = RangedFile(client.source(repo, revision, file, listed.size), listed.size)
-        meta = read_metadata_from(remote, size=listed.size, max_array=1024, label=f"{repo}/{file}")
-        tensors = read_tensor_infos(remote, meta["GGUF.tensor_count"], label=f"{repo}/{file}")
+        header = io.BufferedReader(remote, 64 * 1024)  # many small reads: 5.2 s -> 1.7 s for 600,000 keys
+        meta = read_metadata_from(header, size=listed.size, max_array=1024, label=f"{repo}/{file}")
+        tensors = read_tensor_infos(header, meta["GGUF.tensor_count"], label=f"{repo}/{file}")
         facts = model_facts.header_facts(meta)
         # The listing's size is what every instance plans its disk by and checks: the file must end there.
         last = b"".join(client.source(repo, revision, file, listed.size).stream(listed.size - 1, listed.size))

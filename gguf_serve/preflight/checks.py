@@ -78,17 +78,20 @@ def ami(plan: DeployPlan, client: Clients) -> Iterator[Result]:
             yield Result(name, Status.OK, f"{image_id}: snapshot {snapshot} GiB <= volume {s.root_volume_gib} GiB")
 
 
+def _offered_zones(ec2: Any, instance_type: str) -> set[str]:
+    return {
+        o["Location"]
+        for page in ec2.get_paginator("describe_instance_type_offerings").paginate(
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}]
+        )
+        for o in page["InstanceTypeOfferings"]
+    }
+
+
 def instance_offerings(plan: DeployPlan, client: Clients) -> Iterator[Result]:
     ec2 = client("ec2")
     for s in plan.stacks:
-        offered = {
-            o["Location"]
-            for page in ec2.get_paginator("describe_instance_type_offerings").paginate(
-                LocationType="availability-zone",
-                Filters=[{"Name": "instance-type", "Values": [s.instance_type]}],
-            )
-            for o in page["InstanceTypeOfferings"]
-        }
+        offered = _offered_zones(ec2, s.instance_type)
         missing = sorted(set(s.zones) - offered)
         name = f"{s.instance_type} in zones"
         if missing:
@@ -100,6 +103,23 @@ def instance_offerings(plan: DeployPlan, client: Clients) -> Iterator[Result]:
             )
         else:
             yield Result(name, Status.OK, f"offered in {', '.join(s.zones)}")
+        for spot_type in s.spot_instance_types:  # a Spot group's other types
+            yield _spot_alternative(spot_type, s.zones, _offered_zones(ec2, spot_type))
+
+
+def _spot_alternative(instance_type: str, zones: tuple[str, ...], offered: set[str]) -> Result:
+    """A Spot alternative missing from a zone is a warning: the group launches its other types there."""
+    name = f"{instance_type} (Spot alternative) in zones"
+    missing = sorted(set(zones) - offered)
+    if not missing:
+        return Result(name, Status.OK, f"offered in {', '.join(zones)}")
+    return Result(
+        name,
+        Status.WARN,
+        f"not offered in {', '.join(missing)} (offered: {', '.join(sorted(offered)) or 'none'}): Spot there draws on "
+        "the group's other types only",
+        "drop it from the profile's fleet.spot_instance_types, or pin zones that offer it",
+    )
 
 
 def vcpu_quotas(plan: DeployPlan, client: Clients) -> Iterator[Result]:

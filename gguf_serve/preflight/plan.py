@@ -53,6 +53,7 @@ class StackPlan:
     # spot=true: Spot above the On-Demand base (Capacity.on_demand_base); quota_code and vcpus are the base's
     spot_vcpus: dict[str, int] = field(default_factory=dict)
     spot_quota_code: str = ""
+    spot_instance_types: tuple[str, ...] = ()  # the other types a Spot group launches (fleet.spot_instance_types)
 
 
 @dataclass(frozen=True)
@@ -102,26 +103,29 @@ def deploy_plan(
         if service.profile is not None:
             images[service.image.name] = tuple(_build_images(templates[name]))
     region = app_plan.options.region
-    plans = [
-        StackPlan(
+    plans = []
+    for name, service in app_plan.services.items():
+        # On-Demand vCPUs, and the Spot ones of a group on Spot (its On-Demand base is in the first)
+        vcpus, spot_vcpus = service.spot_vcpu_plan() if service.spot else (service.vcpu_plan(), {})
+        plan = StackPlan(
             stack_name=name,
             instance_type=service.hardware.instance_type,
             architecture=service.hardware.architecture.value,
             ami_parameter=service.hardware.ami_ssm_parameter,
             root_volume_gib=service.root_volume_gib,
             zones=tuple(sorted(service.vpc_zones)),
-            vcpus=service.vcpu_plan() if not service.spot else service.spot_vcpu_plan()[0],
+            vcpus=vcpus,
             quota_code=quota_code(service.hardware.has_gpu, spot=False),
-            spot_vcpus=service.spot_vcpu_plan()[1] if service.spot else {},
+            spot_vcpus=spot_vcpus,
             spot_quota_code=quota_code(service.hardware.has_gpu, spot=True) if service.spot else "",
+            spot_instance_types=service.capacity.spot_instance_types if service.spot else (),
             build_images=images.get(service.image.name, ()),  # an unlocked stack: those of its image target
             endpoint_services=tuple(sorted(_endpoint_services(templates[name], region))),
             bootstrap_version=_bootstrap_version(templates[name]),
             functions=tuple(_functions(templates[name])),
             network=_network(templates[name]) if service.profile is not None else _unbuilt_network(service),
         )
-        for name, service in app_plan.services.items()
-    ]
+        plans.append(plan)
     endpoints = [
         _endpoint_plan(stack, templates[stack.stack_name], region)
         for stack in app.node.children

@@ -25,19 +25,21 @@ def add_sagemaker_stacks(
     built: Mapping[str, ServingProfile],
     hosting: Mapping[str, SageMakerHosting],
     refused: Mapping[str, str],
+    unbuilt: Mapping[str, str] | None = None,
     options: DeployOptions,
     zones: list[str],
     env: cdk.Environment,
     refusals: dict[str, str] | None = None,
 ) -> None:
     """models: EC2 stack name -> model, for the stacks whose SageMaker twin is wanted; built: the built profiles by
-    EC2 stack name; refused: model -> why its lock was refused (gguf_serve.catalog.lookup.Resolution)."""
+    EC2 stack name; refused: model -> why its lock was refused (gguf_serve.catalog.lookup.Resolution); unbuilt: EC2
+    stack name -> why its profile did not load (the twin is refused for the same reason)."""
     for ec2_name, model in models.items():
         profile = built.get(ec2_name)
         if profile is not None and profile.hardware.instance_type not in hosting:
             continue  # SageMaker hosts no type for this profile: no twin
         name = sagemaker_stack_name(ec2_name)
-        why = refused.get(model) or (None if profile else f"model {model} has no lock entry; lock it first")
+        why = refused.get(model) or (None if profile else _unbuilt(ec2_name, model, unbuilt or {}))
         stack: cdk.Stack | None = None
         if profile is not None and not why:
             try:
@@ -58,3 +60,11 @@ def add_sagemaker_stacks(
             refusals[name] = why if why.startswith(name) else f"{name}: {why}"
         elif why:
             cdk.Annotations.of(stack).add_error(why if why.startswith(name) else f"{name}: {why}")
+
+
+def _unbuilt(ec2_name: str, model: str, unbuilt: Mapping[str, str]) -> str:
+    """Why a twin has no profile to be built from: its EC2 profile's own failure, else the missing lock entry."""
+    why = unbuilt.get(ec2_name)
+    if why:
+        return f"its profile (the one {ec2_name} deploys) does not load: {why}"
+    return f"model {model} has no lock entry; lock it first"

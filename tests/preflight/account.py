@@ -65,9 +65,11 @@ class Account:
         )
         self._amis(stub)
         for s in self.plan.stacks:
-            offers = [{"InstanceType": s.instance_type, "LocationType": "availability-zone", "Location": z}
-                      for z in sorted(self.offered_zones[s.instance_type])]  # fmt: skip
-            stub["ec2"].add_response("describe_instance_type_offerings", {"InstanceTypeOfferings": offers})
+            for t in (s.instance_type, *s.spot_instance_types):  # the main type, then a Spot group's others
+                zones = self.offered_zones.get(t, set(s.zones))
+                where = [{"LocationType": "availability-zone", "Location": z} for z in sorted(zones)]
+                offers = [{"InstanceType": t, **w} for w in where]
+                stub["ec2"].add_response("describe_instance_type_offerings", {"InstanceTypeOfferings": offers})
         codes = {c for s in self.plan.stacks for c, v in ((s.quota_code, s.vcpus), (s.spot_quota_code, s.spot_vcpus))
                  if c and any(v.values())}  # fmt: skip
         for code in sorted(codes):

@@ -183,6 +183,26 @@ def test_a_spot_stack_needs_on_demand_quota_for_its_base_and_spot_quota_only_to_
     assert spot.status is Status.WARN and "L-34B43A08 >= 32" in spot.todo, spot  # scale-out only: not a blocker
 
 
+def test_a_spot_alternative_missing_from_a_zone_is_a_warning_the_main_type_a_blocker(tmp_path):
+    config = tmp_path / "deploy.toml"
+    config.write_text("spot = true\n")
+    plan = deploy_plan(["IntelMoeStack"], config_file=config, context=cdk_context())
+    (intel,) = plan.stacks
+    assert intel.spot_instance_types == ("m8i.4xlarge",)  # profiles/serving/intel-moe.toml
+    account = Account(plan)
+    account.quotas["L-34B43A08"] = 64.0  # Spot vCPUs
+    account.offered_zones["m8i.4xlarge"] = {"cn-northwest-1a"}
+    zones = {r.check: r for r in account.check() if r.check.endswith("in zones")}
+    alternative = zones["m8i.4xlarge (Spot alternative) in zones"]
+    assert alternative.status is Status.WARN and "not offered in cn-northwest-1b" in alternative.detail, alternative
+    assert zones["c8i.4xlarge in zones"].status is Status.OK
+    account = Account(plan)
+    account.quotas["L-34B43A08"] = 64.0
+    account.offered_zones["c8i.4xlarge"] = {"cn-northwest-1a"}
+    main_type = {r.check: r for r in account.check()}["c8i.4xlarge in zones"]
+    assert main_type.status is Status.BLOCKER
+
+
 @pytest.mark.parametrize("entry", ["typed", "none"])
 def test_a_refused_stack_is_one_blocker_and_still_checked_for_what_the_account_needs(monkeypatch, tmp_path, entry):
     """The hub is down and the 27B has a typed entry without sha256 (the committed lock), or no entry at all: the

@@ -244,7 +244,9 @@ class Served:
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="objectstore", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="objectstore", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

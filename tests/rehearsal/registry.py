@@ -86,7 +86,7 @@ class Registry:
         context.load_cert_chain(*certificate)
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
 
     @property
     def compressed_bytes(self) -> int:

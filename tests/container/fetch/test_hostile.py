@@ -13,7 +13,7 @@ from tests.conftest import SMALL_FILE, SMALL_REPO
 from tests.container.fetch.conftest import sha256_of
 from tests.container.fetch.test_trust import fetch_cli
 
-TRICKLE_WINDOW_S = 2.0
+TRICKLE_WINDOW_S = 1.0  # the rate window and header deadline: each trickle test waits it out twice (1 retry)
 
 
 def test_a_trickling_server_fails_with_the_host_and_rate(hub: LocalScope, small_file, tmp_path: Path) -> None:

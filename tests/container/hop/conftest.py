@@ -14,6 +14,8 @@ import pytest
 
 from gguf_serve.container.hop.proxy import ProxyServer
 
+POLL_S = 0.05  # socketserver's serve_forever polls for shutdown: its default 0.5 s was every test's teardown
+
 KEY = "test-key-123"
 
 
@@ -166,7 +168,7 @@ class UpstreamHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
     server = Upstream()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(POLL_S,), daemon=True).start()
     yield server
     server.gate.set()
     server.shutdown()

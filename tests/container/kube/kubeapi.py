@@ -20,7 +20,7 @@ class KubeStandIn(ThreadingHTTPServer):
         self.nodes: list[dict[str, Any]] = []
         self.replicas = 1
         self.calls: list[tuple[str, str, Any]] = []
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()  # shutdown waits a poll
 
     @property
     def url(self) -> str:

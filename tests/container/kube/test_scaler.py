@@ -79,7 +79,7 @@ class _Pod(ThreadingHTTPServer):
     def __init__(self, ip: str, port: int) -> None:
         self.processing, self.deferred, self.shed = 0, 0, 0
         super().__init__((ip, port), _PodHandler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()  # shutdown waits a poll
 
 
 class _PodHandler(BaseHTTPRequestHandler):

@@ -81,19 +81,19 @@ def _rss_mib(pid: int) -> float:
 
 
 @pytest.mark.parametrize(
-    ("raw_server", "reason"),
+    ("raw_server", "reason", "timeout"),
     [
-        ("truncated", "body cut short"),
-        ("not-http", "broken HTTP answer"),
-        ("trickle", "too slow for the 3 s deadline"),
-        ("endless", "larger than 4 MiB"),
+        ("truncated", "body cut short", 3),
+        ("not-http", "broken HTTP answer", 3),
+        ("trickle", "too slow for the 1 s deadline", 1),  # each failure takes the deadline: 1 s, not 3
+        ("endless", "larger than 4 MiB", 3),
     ],
     indirect=["raw_server"],
 )
-def test_the_loop_survives_a_broken_metrics_endpoint(raw_server: RawServer, reason: str) -> None:
+def test_the_loop_survives_a_broken_metrics_endpoint(raw_server: RawServer, reason: str, timeout: int) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gguf_serve.container.metrics", "--url", raw_server.url, "--group", "g", "--instance-id",
-         "i-0123456789abcdef0", "--slots", "2", "--interval", "1", "--timeout", "3", "--dry-run"],
+         "i-0123456789abcdef0", "--slots", "2", "--interval", "1", "--timeout", str(timeout), "--dry-run"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     lines: list[str] = []

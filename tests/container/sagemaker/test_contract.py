@@ -174,7 +174,7 @@ def test_the_images_healthcheck_asks_the_port_sagemaker_gave(monkeypatch, tmp_pa
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Ok)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         monkeypatch.setenv("SAGEMAKER_BIND_TO_PORT", str(server.server_address[1]))
         assert health.check(str(tmp_path / "no-spec.json"), 2.0) == 0  # no runtime spec file on SageMaker

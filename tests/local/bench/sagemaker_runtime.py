@@ -72,7 +72,7 @@ class Runtime(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
     def start(self) -> Runtime:
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()  # shutdown waits a poll
         return self
 
 

@@ -73,7 +73,7 @@ def runtime(monkeypatch):
     container = ThreadingHTTPServer(("127.0.0.1", 0), _Container)
     container.seen = []  # type: ignore[attr-defined]
     container.daemon_threads = True
-    threading.Thread(target=container.serve_forever, daemon=True).start()
+    threading.Thread(target=container.serve_forever, args=(0.05,), daemon=True).start()
     server = Runtime(f"http://127.0.0.1:{container.server_address[1]}", "gguf-serve-graviton-moe", REGION,
                      random_split(largest=7)).start()  # fmt: skip
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)

@@ -60,7 +60,7 @@ class Discovery(ThreadingHTTPServer):
         self.documents = _documents()
         self.asked: list[str] = []
         super().__init__(("127.0.0.1", 0), _Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()  # shutdown waits a poll
 
     @property
     def url(self) -> str:

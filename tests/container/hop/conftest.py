@@ -7,7 +7,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -191,6 +191,36 @@ def make_hop(upstream: Upstream) -> Iterator:
 
     def make(url: str | None = None, **kwargs) -> ProxyServer:
         server = ProxyServer(("127.0.0.1", 0), url or upstream.url, **kwargs)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def scripted():
+    """A ScriptedUpstream (scripted.py) with an empty script: each test sets `script`."""
+    from .scripted import ScriptedUpstream  # scripted.py imports this module's SSE helpers
+
+    server = ScriptedUpstream([])
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def make_pooled_hop(scripted, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., ProxyServer]]:
+    """make_pooled_hop(**ProxyServer settings): a hop in front of `scripted`, stopped after the test."""
+    from gguf_serve.container.hop import upstream as upstream_pool
+
+    monkeypatch.setattr(upstream_pool, "UPSTREAM_IDLE_S", 60.0)  # only the hop's own decisions close a connection
+    started: list[ProxyServer] = []
+
+    def make(**kwargs) -> ProxyServer:
+        server = ProxyServer(("127.0.0.1", 0), scripted.url, **kwargs)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append(server)
         return server

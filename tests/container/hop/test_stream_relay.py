@@ -7,35 +7,20 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from gguf_serve.container.hop import names
-from gguf_serve.container.hop import upstream as upstream_pool
 from gguf_serve.container.hop.proxy import Limits, ProxyServer
 
 from .conftest import KEY
-from .scripted import ANSWER, BIG_EVENTS, ScriptedUpstream
+from .scripted import ANSWER, BIG_EVENTS
 
 
 @pytest.fixture
-def scripted() -> Iterator[ScriptedUpstream]:
-    server = ScriptedUpstream([])
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def relay_hop(scripted: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProxyServer]:
-    monkeypatch.setattr(upstream_pool, "UPSTREAM_IDLE_S", 60.0)  # only the hop's own decisions close a connection
-    server = ProxyServer(("127.0.0.1", 0), scripted.url, limits=Limits(send_timeout_s=1.0))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def relay_hop(make_pooled_hop) -> ProxyServer:
+    return make_pooled_hop(limits=Limits(send_timeout_s=1.0))
 
 
 def _ask(hop: ProxyServer, *, rcvbuf: int | None = None) -> socket.socket:
@@ -136,19 +121,13 @@ def test_a_client_that_stops_reading_is_let_go_after_the_send_timeout(scripted, 
     assert scripted.accepts == 2
 
 
-def test_a_client_that_leaves_while_behind_closes_llama_servers_connection_at_once(scripted, monkeypatch) -> None:
-    monkeypatch.setattr(upstream_pool, "UPSTREAM_IDLE_S", 60.0)
-    hop = ProxyServer(("127.0.0.1", 0), scripted.url, limits=Limits(send_timeout_s=30.0))
-    threading.Thread(target=hop.serve_forever, daemon=True).start()
-    try:
-        scripted.script = ["big"]
-        client = _ask(hop, rcvbuf=65536)
-        _wait(lambda: scripted.sent > 0)
-        time.sleep(0.3)  # the relay is paused for this client
-        client.close()  # unread bytes: a reset
-        assert scripted.closed_by_hop.wait(3)  # not at the 30 s send timeout: the reset ends the wait
-        _wait(lambda: _requests(hop, "client_closed") == 1)
-        assert len(hop.upstream) == 0
-    finally:
-        hop.shutdown()
-        hop.server_close()
+def test_a_client_that_leaves_while_behind_closes_llama_servers_connection_at_once(scripted, make_pooled_hop) -> None:
+    hop = make_pooled_hop(limits=Limits(send_timeout_s=30.0))
+    scripted.script = ["big"]
+    client = _ask(hop, rcvbuf=65536)
+    _wait(lambda: scripted.sent > 0)
+    time.sleep(0.3)  # the relay is paused for this client
+    client.close()  # unread bytes: a reset
+    assert scripted.closed_by_hop.wait(3)  # not at the 30 s send timeout: the reset ends the wait
+    _wait(lambda: _requests(hop, "client_closed") == 1)
+    assert len(hop.upstream) == 0

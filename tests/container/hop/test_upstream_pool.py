@@ -6,9 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,24 +14,11 @@ from gguf_serve.container.hop import upstream as upstream_pool
 from gguf_serve.container.hop.proxy import ProxyServer
 
 from .conftest import KEY
-from .scripted import ScriptedUpstream
 
 
 @pytest.fixture
-def scripted() -> Iterator[ScriptedUpstream]:
-    server = ScriptedUpstream([])
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def pooled_hop(scripted: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProxyServer]:
-    monkeypatch.setattr(upstream_pool, "UPSTREAM_IDLE_S", 60.0)  # only the hop's own decisions close a connection
-    server = ProxyServer(("127.0.0.1", 0), scripted.url)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def pooled_hop(make_pooled_hop) -> ProxyServer:
+    return make_pooled_hop()
 
 
 def _chat(hop: ProxyServer, stream: bool = True) -> tuple[int, bytes]:

@@ -108,7 +108,12 @@ def instance_offerings(plan: DeployPlan, client: Clients) -> Iterator[Result]:
 
 
 def _spot_alternative(instance_type: str, zones: tuple[str, ...], offered: set[str]) -> Result:
-    """A Spot alternative missing from a zone is a warning: the group launches its other types there."""
+    """A Spot alternative missing from a zone is a warning: the group launches its other types there.
+
+    Source: the Amazon EC2 Auto Scaling API reference, MixedInstancesPolicy and LaunchTemplateOverrides
+    (docs.amazonaws.cn/autoscaling/ec2/APIReference/API_MixedInstancesPolicy.html): the overrides are the types the
+    group may launch to fulfil its capacity; that it skips a type a zone does not offer rather than failing the zone
+    is the user guide's account of multiple instance types, not verified here (README: open, a real deploy)."""
     name = f"{instance_type} (Spot alternative) in zones"
     missing = sorted(set(zones) - offered)
     if not missing:

@@ -14,27 +14,12 @@ import pytest
 
 from gguf_serve.container.hop.proxy import ProxyServer
 
+from .events import TIMINGS, chat_chunk, sse  # noqa: F401 - the hop tests import them from here
+from .scripted import ScriptedUpstream
+
 POLL_S = 0.05  # socketserver's serve_forever polls for shutdown: its default 0.5 s was every test's teardown
 
 KEY = "test-key-123"
-
-
-def sse(event: dict | str) -> bytes:
-    return (
-        b"data: " + (event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))).encode() + b"\n\n"
-    )
-
-
-def chat_chunk(content: str | None = None, **extra) -> dict:
-    delta = {} if content is None else {"content": content}
-    return {
-        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-        "object": "chat.completion.chunk",
-        **extra,
-    }
-
-
-TIMINGS = {"prompt_n": 10, "prompt_ms": 100.0, "predicted_n": 4, "predicted_ms": 200.0, "predicted_per_second": 20.0}
 
 
 def _read_chunked(rfile) -> bytes:
@@ -204,8 +189,6 @@ def make_hop(upstream: Upstream) -> Iterator:
 @pytest.fixture
 def scripted():
     """A ScriptedUpstream (scripted.py) with an empty script: each test sets `script`."""
-    from .scripted import ScriptedUpstream  # scripted.py imports this module's SSE helpers
-
     server = ScriptedUpstream([])
     yield server
     server.close()

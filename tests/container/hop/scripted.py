@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from .conftest import TIMINGS, chat_chunk, sse
+from .events import TIMINGS, chat_chunk, sse
 
 BIG_EVENTS = 2048  # 32 MiB: more than every socket buffer on the way can hold
 ANSWER = [sse(chat_chunk("a")), sse(chat_chunk("b")), sse({**chat_chunk(None), "timings": TIMINGS}), sse("[DONE]")]

@@ -201,6 +201,7 @@ def main() -> int:
         pull_fixed_s = _pull_again(instance, removed=False)
         cached_share = _cached_share(instance, FILE)
         read_s = _page_cache_read(instance, FILE)
+        again = (_cached_share(instance, FILE), _page_cache_read(instance, FILE))  # what the first read left cached
         pull_s = _pull_again(instance, removed=True)
         if a.keep:
             input("press Enter to tear the instance down")
@@ -208,6 +209,7 @@ def main() -> int:
     t = instance.started_at
     print(f"during the image pull: {sampler.between(t + at.get('image', 0), t + at.get('model', 0))}")
     print(f"during the model fetch: {sampler.between(t + at.get('model', 0), t + at.get('systemd', 0))}")
+    print(f"the weights read again at once: {again[1]:.1f} s, {again[0]:.0%} of them in the page cache before it")
     measured = _measured(at, fetch_line, read_s)
     compressed = world.registry.compressed_bytes
     print(f"the image pulled again inside the instance, its layers removed first: {pull_s:.1f} s; the login and a "

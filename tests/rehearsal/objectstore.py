@@ -43,13 +43,13 @@ class Pace:
     def __init__(self, bps: float, burst_s: float = 0.1) -> None:
         self.bps = bps
         self.burst_s = burst_s
-        self._next = 0.0
+        self._next: float | None = None  # the first chunk starts the clock: no allowance before anything was sent
         self._lock = threading.Lock()
 
     def wait(self, n: int) -> None:
         with self._lock:
             now = time.monotonic()
-            start = max(now - self.burst_s, self._next)
+            start = now if self._next is None else max(now - self.burst_s, self._next)
             self._next = start + n / self.bps
         if start > now:
             time.sleep(start - now)

@@ -164,6 +164,7 @@ def main() -> int:
     ap.add_argument("--link-mbps", type=float, default=300.0, help="the S3 stand-in, all GETs together (MB/s)")
     ap.add_argument("--stream-mbps", type=float, default=40.0, help="each GET (MB/s)")
     ap.add_argument("--keep", action="store_true", help="keep the instance until Enter is pressed")
+    ap.add_argument("--server-log", action="store_true", help="print the units' journal from the server's start on")
     a = ap.parse_args()
 
     from gguf_serve.catalog.models import ModelArtifact
@@ -198,6 +199,9 @@ def main() -> int:
             result = instance.wait_boot_done(timeout=3600)
         at = {t.step.split(" ")[0]: t.at for t in instance.step_times()}
         at["first-200"] = _first_healthy(instance)
+        at |= _server_load(instance)
+        if a.server_log:
+            _print_server_start(instance, at)
         fetch_line = _fetch_line(world)
         pull_fixed_s = _pull_again(instance, removed=False)
         cached_share = _cached_share(instance, FILE)
@@ -272,6 +276,33 @@ def _pull_again(instance, *, removed: bool) -> float:  # noqa: ANN001 - a FakeIn
     return int(out.stdout.strip()) / 1000
 
 
+def _print_server_start(instance, at: dict[str, float]) -> None:  # noqa: ANN001 - a FakeInstance
+    """The journal of the serving units between their start and the first /health 200, in seconds since the start."""
+    from gguf_serve.container.names import HOP_UNIT, READY_UNIT, SERVER_UNIT
+
+    units = " ".join(f"-u {u}" for u in (SERVER_UNIT, HOP_UNIT, READY_UNIT, "docker"))
+    out = instance.sh(f"journalctl {units} -o short-unix --no-pager").stdout
+    for line in out.splitlines():
+        stamp, _, rest = line.partition(" ")
+        t = float(stamp) - instance.started_at if re.fullmatch(r"[\d.]+", stamp) else -1.0
+        if at["systemd"] - 1 <= t <= at["first-200"] + 1:
+            print(f"{t:7.2f} {rest[:150]}")
+
+
+def _server_load(instance) -> dict[str, float]:  # noqa: ANN001 - a FakeInstance
+    """When llama-server began loading the weights and when it had them (its own log lines, through the journal)."""
+    from gguf_serve.container.names import SERVER_UNIT
+
+    out = instance.sh(f"journalctl -u {SERVER_UNIT} -o short-unix --no-pager").stdout
+    found: dict[str, float] = {}
+    for line in out.splitlines():
+        stamp = line.split(" ", 1)[0]
+        for key, text in (("loading", "load_model: loading model"), ("loaded", "llama_server: model loaded")):
+            if text in line and key not in found and re.fullmatch(r"[\d.]+", stamp):
+                found[key] = float(stamp) - instance.started_at
+    return found
+
+
 def _first_healthy(instance) -> float:  # noqa: ANN001 - a FakeInstance
     """When the readiness unit saw the first /health 200, in seconds since the instance started."""
     from gguf_serve.container.names import READY_UNIT
@@ -305,6 +336,7 @@ def _measured(at: dict[str, float], fetch_line: str, read_s: float) -> dict[str,
         "write (fsync after the hash)": on_disk - hashed,
         "fetch step in all": at.get("systemd", float("nan")) - at.get("model", float("nan")),
         "server start to first /health 200 (stand-in weights)": at.get("first-200", nan) - at.get("systemd", nan),
+        "load (llama-server maps the weights)": at.get("loaded", nan) - at.get("loading", nan),
         "after it: the lifecycle hook and CloudFormation's signal": at.get("healthy;", nan) - at.get("first-200", nan),
         "real-size read of the weights": read_s,
         "boot (start to healthy)": at.get("healthy;", float("nan")),

@@ -114,7 +114,8 @@ def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
     hashed = max(received, size / r.hash_bps)
     on_disk = max(hashed, size / r.disk_bps)
     cached = size * r.cached_share
-    read = cached / r.page_cache_bps + ((size - cached) / r.disk_read_bps if cached < size else 0.0)
+    uncached = (size - cached) / r.disk_read_bps if cached < size else 0.0
+    read = cached / r.page_cache_bps + uncached
     return {
         "image pull": r.image_fixed_s + image_bytes / r.image_bps,
         "fetch (network)": received,
@@ -122,6 +123,7 @@ def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
         "write (fsync after the hash)": on_disk - hashed,
         "fetch step in all": on_disk,
         "real-size read of the weights": read,
+        "load (llama-server maps the weights)": read,
     }
 
 
@@ -197,7 +199,7 @@ def print_steps(profiles: list[ServingProfile]) -> None:
             "fetch (network)": s["fetch (network)"],
             "verify": s["verify (hash after the last byte)"],
             "write": s["write (fsync after the hash)"],
-            "load": s["real-size read of the weights"],
+            "load": s["load (llama-server maps the weights)"],
             "server init": a("server_init_s"),
         }
         slowest = max(parts, key=lambda k: parts[k])

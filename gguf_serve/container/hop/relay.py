@@ -18,6 +18,7 @@ from typing import Any
 
 import h11
 
+from gguf_serve.container.hop.answer import AnswerReader
 from gguf_serve.container.hop.chunked import ChunkedDecoder
 from gguf_serve.container.hop.client import HOP_BY_HOP, ClientConnection, ClientGone, Hop
 from gguf_serve.container.hop.metrics import RequestRecord, SseTokenScanner
@@ -36,13 +37,13 @@ class Answer:
     request: h11.Request
     route: str
     record: RequestRecord | None
-    up: h11.Connection  # llama-server's side of this exchange
+    up: AnswerReader  # llama-server's answer to this exchange
     head_sent: bool  # the answer's head went to the client: an error now cuts the answer, it is no 502
     completed: bool  # the whole answer reached the client
     keep_alive: bool  # llama-server's answer leaves the connection open (HTTP/1.1, no Connection: close)
     answer_read: bool  # and it was read to its end
     last_byte: float  # time.monotonic() of llama-server's last byte: the silence timer reads it
-    _resend: list[h11.Event] | None
+    _resend: list[bytes] | None
 
     async def read_upstream(self, upstream: UpstreamConnection) -> bytes:
         """The next bytes from llama-server (b"" at its end); the relay's watcher stops a silent one."""
@@ -79,7 +80,9 @@ class Answer:
                     kept = bytearray() if not record.stream and event.status_code == 200 else None
                 if conn.h11.their_state is h11.SEND_BODY:  # answered before the body is in: a refusal; then close
                     headers.append((b"connection", b"close"))
-                await conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
+                # _parsed: the fields were checked where they were read (answer.py or h11), not once more
+                answer = h11.Response(status_code=event.status_code, headers=headers, reason=event.reason, _parsed=True)
+                await conn.send(answer)
                 self.head_sent = True
                 if scanner is not None and self._chunked_both_ways(event):
                     await self._stream(upstream, scanner, up.trailing_data[0])

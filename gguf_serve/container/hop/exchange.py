@@ -52,6 +52,7 @@ class Exchange(Answer):
         self.body_in = False  # the whole request body went to llama-server
         self._body_bytes = 0
         self._body_deadline: float | None = None
+        self._early: BaseException | None = None  # what stopped the body before the pump ran; the pump raises it
         self._resend: list[bytes] | None = None  # sent on a kept connection, no answer byte yet: can go again
         self._resend_bytes = 0
         self._framed: list[bytes] = []  # framed for llama-server, not written yet
@@ -113,6 +114,10 @@ class Exchange(Answer):
         else:
             headers = forwarded_headers(self.server, self.request, self.chunked)
             self._send_up(frame_request(self.request.method, self.request.target, headers))
+        self._take_buffered()
+        if self._framed and self._early is None:
+            upstream.write(b"".join(self._framed))
+            self._framed.clear()
         self._body = asyncio.create_task(self._pump_body())
         await self._relay_watched(upstream, self._body)
 
@@ -209,6 +214,32 @@ class Exchange(Answer):
             raise ClientGone(reason.message)
         raise reason if isinstance(reason, ClientGone) else ClientGone(str(reason))
 
+    def _body_event(self, event: h11.Event) -> None:
+        """A piece of the request body (or its end) from the client's h11, framed for llama-server."""
+        if isinstance(event, h11.Data):
+            self._body_bytes += len(event.data)
+            if self._body_bytes > self.conn.limits.max_body_bytes:
+                raise Refused(413, "request body over the limit")
+            self._send_up(frame_chunk(event.data) if self.chunked else event.data, len(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            self._send_up(LAST_CHUNK if self.chunked else b"")
+            self.body_in = True
+            self.conn.place(BUSY)
+        else:
+            raise ClientGone(f"unexpected {type(event).__name__}")
+
+    def _take_buffered(self) -> None:
+        """The body that came with the head, framed now, so that head and body go to llama-server in this turn
+        rather than in the pump's first step; what stops the body here (413, a bad chunk) the pump raises."""
+        try:
+            while not self.body_in and self._early is None:
+                event = self.conn.h11.next_event()
+                if event is h11.NEED_DATA:
+                    return
+                self._body_event(event)
+        except (Refused, ClientGone, h11.RemoteProtocolError) as e:
+            self._early = e
+
     async def _pump_body(self) -> None:
         """The request body to llama-server as the client sends it; then watch for the client leaving. Started
         again after a resend: it goes on from what h11 has not given yet."""
@@ -218,6 +249,9 @@ class Exchange(Answer):
         deadline = self._body_deadline
         if conn.h11.their_state is h11.SEND_BODY:
             conn.place(BODY)
+        early, self._early = self._early, None
+        if early is not None:
+            raise early
         while not self.body_in:
             event = conn.h11.next_event()
             if event is h11.NEED_DATA:
@@ -235,18 +269,9 @@ class Exchange(Answer):
                     if time.monotonic() < deadline:
                         raise ClientGone("request body timeout") from None
                 continue
-            if isinstance(event, h11.Data):
-                self._body_bytes += len(event.data)
-                if self._body_bytes > limits.max_body_bytes:
-                    raise Refused(413, "request body over the limit")
-                self._send_up(frame_chunk(event.data) if self.chunked else event.data, len(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                self._send_up(LAST_CHUNK if self.chunked else b"")
-                self.body_in = True
-                conn.place(BUSY)
+            self._body_event(event)
+            if self.body_in:
                 await self._flush_up()
-            else:
-                raise ClientGone(f"unexpected {type(event).__name__}")
         # The body is in. A read that ends (EOF or reset) means the client left: stop the answer, free the slot.
         while not conn.peer_eof and len(conn.h11.trailing_data[0]) <= limits.max_header_bytes:
             try:

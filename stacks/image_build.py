@@ -27,17 +27,15 @@ from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
-from constructs import Construct, IConstruct
+from constructs import Construct
 
 from gguf_serve.catalog.hardware import Architecture
 from gguf_serve.catalog.images import (
     APP_DOCKERFILE,
     ARM64_BUILDERS,
-    BUILD_POLL_INTERVAL_S,
     BUILD_STAGES,
     CUSTOM_RESOURCE_MAX_WAIT_S,
     DEFAULT_ARM64_BUILDER,
@@ -47,18 +45,17 @@ from gguf_serve.catalog.images import (
     ImageTarget,
     stage_compute,
 )
-from stacks import lambda_runtimes
+from stacks.build_step import build_step_provider
 from stacks.errors import PropsError
 from stacks.image_checks import check_build_args, check_debian_mirrors, foreign_ecr_repositories
 from stacks.image_inputs import CONTEXT_EXCLUDE, IMAGE_CODE, ROOT, app_files, app_key, base_key
-from stacks.nag import account_in_finding, acknowledge, arn_of
+from stacks.nag import account_in_finding, acknowledge
 from stacks.staged_sources import check_staged_sources, default_sources_dir, pinned_sources
 
 # The image's inputs, for the scripts and image tests that read them from here (scripts/gpu-check.sh, tests/images).
 __all__ = ["IMAGE_CODE", "ROOT", "ImageBuild", "app_files", "app_key", "base_key", "default_sources_dir"]
 __all__ += ["pinned_sources"]
 
-HANDLERS = Path(__file__).resolve().parent / "handlers"
 
 _BUILD_SPEC = {
     "version": "0.2",
@@ -285,64 +282,15 @@ class ImageBuild(Construct):
 
     def _provider(self, project: codebuild.Project) -> cr.Provider:
         """Starts a layer's build unless its tag is in ECR, and completes when it has pushed (or fails)."""
-        handlers = {}
-        for name in ("start", "is_complete"):
-            fn = lambda_.Function(
-                self,
-                f"{name.title().replace('_', '')}Handler",
-                runtime=lambda_runtimes.PYTHON,
-                handler="index.handler",
-                code=lambda_.Code.from_inline((HANDLERS / f"image_build_{name}.py").read_text()),
-                timeout=Duration.seconds(30),
-            )
-            fn.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["codebuild:StartBuild", "codebuild:BatchGetBuilds"], resources=[project.project_arn]
-                )
-            )
-            handlers[name] = fn
-            acknowledge(
-                fn,
-                "AwsSolutions-L1",
-                "Python 3.13 is supported in the China regions; 3.14 there is not verified by this project.",
-            )
+        start, provider = build_step_provider(
+            self, project=project, start="image_build_start.py", what="image build",
+            look="read its CodeBuild log group",
+        )  # fmt: skip
         # A tag already in ECR (a rollback to the previous image, a redeploy) is never rebuilt or pushed again.
-        self.repository.grant(handlers["start"], "ecr:DescribeImages")
-        provider = cr.Provider(
-            self,
-            "Provider",
-            on_event_handler=handlers["start"],
-            is_complete_handler=handlers["is_complete"],
-            query_interval=Duration.seconds(BUILD_POLL_INTERVAL_S),
-            # Report a failure before CloudFormation's own limit does (it would leave no reason).
-            total_timeout=Duration.seconds(CUSTOM_RESOURCE_MAX_WAIT_S - 5 * BUILD_POLL_INTERVAL_S),
-        )
-        acknowledge(
-            self,
-            "AwsSolutions-IAM4",
-            "Lambda basic execution role (CloudWatch Logs) for the build trigger.",
-            findings=["Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
-        )
-        acknowledge(
-            provider,
-            "AwsSolutions-IAM5",
-            "The provider framework invokes any version of its own handlers.",
-            findings=[f"Resource::{arn_of(fn)}:*" for fn in (*handlers.values(), *_framework_functions(provider))],
-        )
-        acknowledge(provider, "AwsSolutions-L1", "The provider framework pins its own Node.js runtime.")
-        acknowledge(
-            provider, "AwsSolutions-SF1", "The provider's waiter only polls the build; CodeBuild logs the build."
-        )
-        acknowledge(
-            provider, "AwsSolutions-SF2", "The provider's waiter only polls the build; no X-Ray traces to follow."
-        )
+        self.repository.grant(start, "ecr:DescribeImages")
         return provider
 
 
 def _registry(scope: Construct) -> str:
     stack = Stack.of(scope)
     return f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}"
-
-
-def _framework_functions(provider: cr.Provider) -> list[IConstruct]:
-    return [c for c in provider.node.find_all() if isinstance(c, lambda_.Function) and "framework-" in c.node.id]

@@ -32,27 +32,44 @@ class ServingNetwork(Construct):
         cidr = settings.vpc_cidr
         check_network_props(cidr, settings.max_azs, settings.nat_gateways)
         super().__init__(scope, construct_id)
-        flow_log_group = logs.LogGroup(
-            self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
-        )
-        self.vpc = ec2.Vpc(
-            self,
-            "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(cidr),
-            max_azs=settings.max_azs,
-            nat_gateways=settings.nat_gateways,
-            subnet_configuration=[
+        self.vpc = private_vpc(
+            self, cidr=cidr, max_azs=settings.max_azs, nat_gateways=settings.nat_gateways,
+            subnets=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
                 ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20),
             ],
-            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
-            flow_logs={
-                "All": ec2.FlowLogOptions(destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group))
-            },
-        )
-        for name, service in _INTERFACE_ENDPOINTS.items():
-            endpoint = self.vpc.add_interface_endpoint(name, service=service, private_dns_enabled=True, open=False)
-            endpoint.connections.allow_from(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+            interface_endpoints=_INTERFACE_ENDPOINTS,
+        )  # fmt: skip
+
+
+def private_vpc(
+    scope: Construct,
+    *,
+    cidr: str,
+    max_azs: int,
+    nat_gateways: int,
+    subnets: list[ec2.SubnetConfiguration],
+    interface_endpoints: dict[str, ec2.InterfaceVpcEndpointAwsService],
+) -> ec2.Vpc:
+    """A VPC (`Vpc` in scope) whose traffic is logged (`FlowLogs`, a month), that reaches S3 through a gateway
+    endpoint and each of `interface_endpoints` through an interface endpoint open on 443 to the VPC's range only."""
+    flow_log_group = logs.LogGroup(
+        scope, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+    )
+    vpc = ec2.Vpc(
+        scope,
+        "Vpc",
+        ip_addresses=ec2.IpAddresses.cidr(cidr),
+        max_azs=max_azs,
+        nat_gateways=nat_gateways,
+        subnet_configuration=subnets,
+        gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
+        flow_logs={"All": ec2.FlowLogOptions(destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group))},
+    )
+    for name, service in interface_endpoints.items():
+        endpoint = vpc.add_interface_endpoint(name, service=service, private_dns_enabled=True, open=False)
+        endpoint.connections.allow_from(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+    return vpc
 
 
 def check_network_props(cidr: str, max_azs: int, nat_gateways: int) -> None:

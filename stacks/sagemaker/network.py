@@ -10,12 +10,10 @@ they cost little beside an idle instance. No NAT: nothing here reaches the inter
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.network import check_network_props
+from stacks.network import check_network_props, private_vpc
 
 _INTERFACE_ENDPOINTS = {
     "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
@@ -33,27 +31,14 @@ class EndpointNetwork(Construct):
         """
         check_network_props(cidr, max_azs, 0)
         super().__init__(scope, construct_id)
-        flow_log_group = logs.LogGroup(
-            self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
-        )
-        self.vpc = ec2.Vpc(
-            self,
-            "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(cidr),
-            max_azs=max_azs,
-            nat_gateways=0,
-            subnet_configuration=[
+        self.vpc = private_vpc(
+            self, cidr=cidr, max_azs=max_azs, nat_gateways=0,
+            subnets=[
                 ec2.SubnetConfiguration(name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=22)
             ],
-            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
-            flow_logs={
-                "All": ec2.FlowLogOptions(destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group))
-            },
-        )
+            interface_endpoints=_INTERFACE_ENDPOINTS,
+        )  # fmt: skip
         self.subnets = self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED).subnet_ids
-        for name, service in _INTERFACE_ENDPOINTS.items():
-            endpoint = self.vpc.add_interface_endpoint(name, service=service, private_dns_enabled=True, open=False)
-            endpoint.connections.allow_from(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
         self.security_group = ec2.SecurityGroup(
             self,
             "EndpointSecurityGroup",

@@ -11,26 +11,22 @@ completes when the build has; the model depends on it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from gguf_serve.catalog.errors import ProfileError
-from gguf_serve.catalog.images import BUILD_POLL_INTERVAL_S, CUSTOM_RESOURCE_MAX_WAIT_S
+from gguf_serve.catalog.images import CUSTOM_RESOURCE_MAX_WAIT_S
 from gguf_serve.container.spec import RuntimeSpec
+from stacks.build_step import build_step_provider
 from stacks.errors import PropsError
-from stacks.nag import account_in_finding, acknowledge, arn_of
+from stacks.nag import account_in_finding, acknowledge
 
-HANDLERS = Path(__file__).resolve().parent.parent / "handlers"
 STAGING_PREFIX = "sagemaker"
 # The fetcher needs Python 3.11+ (hashlib.file_digest); CodeBuild's Amazon Linux 2023 standard image 5.0 offers
 # 3.11-3.13 ("Available runtimes", CodeBuild User Guide, https://docs.amazonaws.cn/en_us/codebuild/latest/userguide/
@@ -141,42 +137,20 @@ class ModelStaging(Construct):
     def _resource(
         self, project: codebuild.Project, bucket: s3.IBucket, size: int, sha256: str, timeout_s: int
     ) -> CustomResource:
-        handlers = {}
-        for name in ("start", "is_complete"):
-            fn = lambda_.Function(
-                self,
-                f"{name.title().replace('_', '')}Handler",
-                runtime=lambda_.Runtime.PYTHON_3_13,
-                handler="index.handler",
-                code=lambda_.Code.from_inline((HANDLERS / f"model_staging_{name}.py").read_text()),
-                timeout=Duration.seconds(30),
-            )
-            fn.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["codebuild:StartBuild", "codebuild:BatchGetBuilds"], resources=[project.project_arn]
-                )
-            )
-            acknowledge(fn, "AwsSolutions-L1", "Python 3.13 is offered in the China regions; 3.14 is not verified.")
-            handlers[name] = fn
+        start, provider = build_step_provider(
+            self, project=project, start="model_staging_start.py", what="model staging",
+            look="its CodeBuild log says why (the fetcher's last line)",
+        )  # fmt: skip
         # HeadObject: is it staged already? (without ListBucket a missing object answers 403, not 404)
-        handlers["start"].add_to_role_policy(
+        start.add_to_role_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(self.key)])
         )
-        handlers["start"].add_to_role_policy(
+        start.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
                 conditions={"StringEquals": {"s3:prefix": [self.key]}},
             )
         )  # fmt: skip
-        provider = cr.Provider(
-            self,
-            "Provider",
-            on_event_handler=handlers["start"],
-            is_complete_handler=handlers["is_complete"],
-            query_interval=Duration.seconds(BUILD_POLL_INTERVAL_S),
-            total_timeout=Duration.seconds(CUSTOM_RESOURCE_MAX_WAIT_S - 5 * BUILD_POLL_INTERVAL_S),
-        )
-        _acknowledge_provider(self, provider, [*handlers.values()])
         resource = CustomResource(
             self,
             "Staged",
@@ -191,22 +165,3 @@ class ModelStaging(Construct):
         )
         resource.node.default_child.add_property_override("ServiceTimeout", CUSTOM_RESOURCE_MAX_WAIT_S)  # type: ignore[union-attr]
         return resource
-
-
-def _acknowledge_provider(scope: Construct, provider: cr.Provider, handlers: list[lambda_.Function]) -> None:
-    framework = [c for c in provider.node.find_all() if isinstance(c, lambda_.Function) and "framework-" in c.node.id]
-    acknowledge(
-        scope,
-        "AwsSolutions-IAM4",
-        "Lambda basic execution role (CloudWatch Logs) for the staging trigger.",
-        findings=["Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
-    )
-    acknowledge(
-        provider,
-        "AwsSolutions-IAM5",
-        "The provider framework invokes any version of its own handlers.",
-        findings=[f"Resource::{arn_of(fn)}:*" for fn in (*handlers, *framework)],
-    )
-    acknowledge(provider, "AwsSolutions-L1", "The provider framework pins its own Node.js runtime.")
-    acknowledge(provider, "AwsSolutions-SF1", "The provider's waiter only polls the build; CodeBuild logs it.")
-    acknowledge(provider, "AwsSolutions-SF2", "The provider's waiter only polls the build; no X-Ray traces to follow.")

@@ -26,7 +26,10 @@ import hashlib
 import os
 import platform
 import re
+import shlex
+import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +42,16 @@ from cold_start_model import Rates, steps  # noqa: E402
 
 MIB = 1024 * 1024
 MODEL_DIR = "/opt/gguf-serve/models"
+EVICT = """import os, sys
+for top in sys.argv[1:]:
+    for d, _, files in os.walk(top):
+        for f in files:
+            p = os.path.join(d, f)
+            if os.path.isfile(p) and not os.path.islink(p):
+                fd = os.open(p, os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+"""
 
 
 def measure_rates(work: Path, link_bps: float, stream_bps: float, streams: int, blobs: list[Path]) -> Rates:
@@ -55,11 +68,10 @@ def measure_rates(work: Path, link_bps: float, stream_bps: float, streams: int, 
         f.flush()
         os.fdatasync(f.fileno())
     disk_bps = 8 * len(buf) / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    with probe.open("rb") as f:
-        while f.read(16 * MIB):
-            pass
-    cache_bps = 8 * len(buf) / (time.perf_counter() - t0)
+    cache_bps = _read_bps(probe)
+    with probe.open("rb") as f:  # written back above: the page cache lets it go, the next read is the disk's
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    disk_read_bps = _read_bps(probe)
     probe.unlink()
     t0, packed = time.perf_counter(), 0
     for blob in blobs:
@@ -69,7 +81,7 @@ def measure_rates(work: Path, link_bps: float, stream_bps: float, streams: int, 
                 while g.read(16 * MIB):
                     pass
     image_bps = packed / (time.perf_counter() - t0) if packed else float("inf")
-    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    meminfo = _meminfo()
     available = int(meminfo["MemAvailable"].split()[0]) * 1024
     dirty_ratio = int(Path("/proc/sys/vm/dirty_ratio").read_text())
     return Rates(
@@ -79,7 +91,72 @@ def measure_rates(work: Path, link_bps: float, stream_bps: float, streams: int, 
         page_cache_bps=cache_bps,
         dirty_limit=available * dirty_ratio / 100,
         image_bps=image_bps,
+        disk_read_bps=disk_read_bps,
     )
+
+
+class HostSampler:
+    """This machine every `every` seconds while the boot runs: CPU busy (share of all cores), bytes written to its
+    disks, dirty and writeback page-cache bytes. What a step was bound by, beside the model's reading of it."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every, self.samples = every, []  # (time, busy share, disk bytes written so far, dirty + writeback)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HostSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last = _cpu_times()
+        while not self._stop.wait(self.every):
+            now = _cpu_times()
+            total, idle = now[0] - last[0], now[1] - last[1]
+            last = now
+            meminfo = {k: int(v.split()[0]) * 1024 for k, v in _meminfo().items() if k in ("Dirty", "Writeback")}
+            self.samples.append(
+                (time.time(), 1 - idle / total if total else 0.0, _disk_written(), sum(meminfo.values()))
+            )
+
+    def between(self, start: float, end: float) -> str:
+        inside = [x for x in self.samples if start <= x[0] <= end]
+        if len(inside) < 2:
+            return "too short to sample"
+        busy = sum(x[1] for x in inside) / len(inside)
+        written = (inside[-1][2] - inside[0][2]) / (inside[-1][0] - inside[0][0])
+        return (f"CPU busy {busy:.0%} of {os.cpu_count()} cores, disk writes {written / 1e6:.0f} MB/s, "
+                f"dirty + writeback up to {max(x[3] for x in inside) / 1e9:.1f} GB")  # fmt: skip
+
+
+def _cpu_times() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]  # idle + iowait
+
+
+def _meminfo() -> dict[str, str]:
+    return dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+
+
+def _disk_written() -> int:
+    """Bytes written to whole disks (not partitions) since boot."""
+    total = 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if re.fullmatch(r"(vd|sd|xvd)[a-z]+|nvme\d+n\d+", f[2]):
+            total += int(f[9]) * 512
+    return total
+
+
+def _read_bps(path: Path) -> float:
+    """Bytes per second `cat` reads the file at: the tool the instance's read of the weights is timed with."""
+    t0 = time.perf_counter()
+    subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+    return path.stat().st_size / (time.perf_counter() - t0)
 
 
 def main() -> int:
@@ -116,15 +193,31 @@ def main() -> int:
         world.aws.objects.limit(link_bps=a.link_mbps * 1e6, connection_bps=a.stream_mbps * 1e6)
         world.seed_cache(gguf, sha)
         instance = world.instance("i-0b00000000000b16e")
-        instance.start()
-        result = instance.wait_boot_done(timeout=3600)
+        with HostSampler() as sampler:
+            instance.start()
+            result = instance.wait_boot_done(timeout=3600)
         at = {t.step.split(" ")[0]: t.at for t in instance.step_times()}
+        at["first-200"] = _first_healthy(instance)
         fetch_line = _fetch_line(world)
+        pull_fixed_s = _pull_again(instance, removed=False)
+        cached_share = _cached_share(instance, FILE)
         read_s = _page_cache_read(instance, FILE)
+        again = (_cached_share(instance, FILE), _page_cache_read(instance, FILE))  # what the first read left cached
+        pull_s = _pull_again(instance, removed=True)
         if a.keep:
             input("press Enter to tear the instance down")
     print(result)
+    t = instance.started_at
+    print(f"during the image pull: {sampler.between(t + at.get('image', 0), t + at.get('model', 0))}")
+    print(f"during the model fetch: {sampler.between(t + at.get('model', 0), t + at.get('systemd', 0))}")
+    print(f"the weights read again at once: {again[1]:.1f} s, {again[0]:.0%} of them in the page cache before it")
     measured = _measured(at, fetch_line, read_s)
+    compressed = world.registry.compressed_bytes
+    print(f"the image pulled again inside the instance, its layers removed first: {pull_s:.1f} s; the login and a "
+          f"pull of the image present: {pull_fixed_s:.1f} s; gzip alone: "
+          f"{compressed / rates.image_bps:.1f} s")  # fmt: skip
+    pull_bps = compressed / (pull_s - pull_fixed_s) if pull_s > pull_fixed_s else rates.image_bps
+    rates = replace(rates, image_fixed_s=pull_fixed_s, cached_share=cached_share, image_bps=pull_bps)
     model = steps(artifact.size_bytes, world.registry.compressed_bytes, rates)
     _print(measured, model, rates, world.registry.compressed_bytes, artifact.size_bytes, a)
     return 0 if result.endswith("exited 0") else 1
@@ -150,6 +243,50 @@ def _fetch_line(world) -> str:  # noqa: ANN001 - tests.rehearsal.harness.World
     return next((e["message"] for e in reversed(events) if "model ready at" in e["message"]), "")
 
 
+def _pull_again(instance, *, removed: bool) -> float:  # noqa: ANN001 - a FakeInstance
+    """Seconds of the boot script's ECR login and `docker pull`, run again inside the instance with the user data's
+    environment, the AWS CLI's files evicted from the page cache first (at boot the login is the CLI's first start).
+    With the image present, the pull is the registry's round trips only: the step's cost whatever the image's size.
+    With `removed`, the serving units stop and the image goes first, so every layer is fetched, checked and unpacked
+    again on this machine, with nothing else of the boot running beside it."""
+    from tests.rehearsal.harness import REGION
+
+    remove = (
+        "systemctl stop 'gguf-serve-*' >/dev/null 2>&1; docker ps -aq | xargs -r docker rm -f >/dev/null; "
+        'docker rmi -f "$image" >/dev/null; '
+    )
+    script = (
+        f"python3 -c {shlex.quote(EVICT)} /opt/awscli /usr/lib/python3*; "
+        "export $(systemctl show-environment | grep -E '^AWS_[A-Z_]+=') AWS_REGION=" + REGION + "; "
+        'image=$(journalctl -t gguf-serve-boot -o cat --no-pager | sed -n "s/^gguf-serve-boot: image //p" | head -1); '
+        + (remove if removed else "")
+        + "s=$(date +%s%N); "
+        'aws ecr get-login-password --region "$AWS_REGION" | docker login --username AWS --password-stdin '
+        '"${image%%/*}" >/dev/null && docker pull -q "$image" >/dev/null && e=$(date +%s%N) && '
+        "echo $(((e - s) / 1000000))"
+    )
+    out = instance.sh(script, timeout=600)
+    if not out.stdout.strip().isdigit():
+        print(f"the pull was not timed: {out.stdout[-300:]} {out.stderr[-500:]}", flush=True)
+        return float("nan")
+    return int(out.stdout.strip()) / 1000
+
+
+def _first_healthy(instance) -> float:  # noqa: ANN001 - a FakeInstance
+    """When the readiness unit saw the first /health 200, in seconds since the instance started."""
+    from gguf_serve.container.names import READY_UNIT
+
+    out = instance.sh(f"journalctl -u {READY_UNIT} -o short-unix --no-pager | grep -m1 ': healthy$'").stdout
+    stamp = out.split(" ", 1)[0]
+    return float(stamp) - instance.started_at if re.fullmatch(r"[\d.]+", stamp) else float("nan")
+
+
+def _cached_share(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstance
+    """Of the model file, the share the page cache holds now (fincore: pages resident / size)."""
+    out = instance.sh(f"fincore --bytes --noheadings --output RES,SIZE {MODEL_DIR}/{file}").stdout.split()
+    return int(out[0]) / int(out[1]) if len(out) == 2 and all(x.isdigit() for x in out) else float("nan")
+
+
 def _page_cache_read(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstance
     """Seconds to read the whole model back inside the instance (the page cache, or the disk where it was evicted)."""
     script = f"s=$(date +%s%N); cat {MODEL_DIR}/{file} > /dev/null; e=$(date +%s%N); echo $(((e - s) / 1000000))"
@@ -167,7 +304,8 @@ def _measured(at: dict[str, float], fetch_line: str, read_s: float) -> dict[str,
         "verify (hash after the last byte)": hashed - received,
         "write (fsync after the hash)": on_disk - hashed,
         "fetch step in all": at.get("systemd", float("nan")) - at.get("model", float("nan")),
-        "load to first /health 200 (stand-in weights)": at.get("healthy;", nan) - at.get("systemd", nan),
+        "server start to first /health 200 (stand-in weights)": at.get("first-200", nan) - at.get("systemd", nan),
+        "after it: the lifecycle hook and CloudFormation's signal": at.get("healthy;", nan) - at.get("first-200", nan),
         "real-size read of the weights": read_s,
         "boot (start to healthy)": at.get("healthy;", float("nan")),
     }  # fmt: skip
@@ -179,7 +317,10 @@ def _print(measured: dict[str, float], model: dict[str, float], rates: Rates, im
     print(f"this machine's rates: network {rates.network_bps / 1e6:.0f} MB/s (S3 stand-in: {a.link_mbps:g} MB/s link, "
           f"{a.stream_mbps:g} MB/s per GET x 16), sha256 {rates.hash_bps / 1e6:.0f} MB/s, disk writes "
           f"{rates.disk_bps / 1e6:.0f} MB/s, page-cache reads {rates.page_cache_bps / 1e6:.0f} MB/s, dirty limit "
-          f"{rates.dirty_limit / 1e9:.1f} GB, gzip {rates.image_bps / 1e6:.0f} MB/s")  # fmt: skip
+          f"{rates.dirty_limit / 1e9:.1f} GB, image layers pulled at {rates.image_bps / 1e6:.0f} MB/s; disk reads "
+          f"{rates.disk_read_bps / 1e6:.0f} MB/s; the image's ECR login and a pull of it again "
+          f"{rates.image_fixed_s:.1f} s; of the weights, {rates.cached_share:.0%} in the page cache before the "
+          "read")  # fmt: skip
     print("| step | measured s | model s at this machine's rates | measured / model |")
     print("|---|---|---|---|")
     for step, value in measured.items():

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from gguf_serve.catalog import ServingProfile, load_catalog  # noqa: E402
 
 MIB = 1024 * 1024
+ECR_FIXED_S = 3.0
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 
 
@@ -38,6 +39,11 @@ INSTANCES: dict[str, InstanceIO] = {
 ASSUMPTIONS = {
     "boot_s": (45, "launch to user data running (assumed; AL2023 / DLAMI)"),
     "ecr_bps": (150 * MIB, "image pull incl. decompression from in-region ECR (assumed)"),
+    "ecr_fixed_s": (
+        ECR_FIXED_S,
+        "the ECR login (the AWS CLI starting) and the registry's round trips before any "
+        "layer (assumed; boot_real_size.py measures it in the rehearsal: docs/cold-start.md)",
+    ),
     "modelscope_stream_bps": (15 * MIB, "one ModelScope stream (issue 3, findings.md)"),
     "modelscope_streams": (8, "modelfetch default --connections; assumes no per-client cap (open)"),
     "s3_stream_bps": (80 * MIB, "one in-region S3 GET stream (assumed; 80-100 MB/s per stream is typical)"),
@@ -92,24 +98,30 @@ class Rates:
     page_cache_bps: float  # reading the weights back from the page cache
     dirty_limit: float  # bytes the page cache takes unwritten before the writer is held to the disk's rate
     image_bps: float  # image pull: compressed bytes per second, decompression and extraction included
+    image_fixed_s: float = 0.0  # image pull: the registry login and round trips, whatever the image's size
+    disk_read_bps: float = 0.0  # reading the weights from the volume (what the page cache does not hold)
+    cached_share: float = 1.0  # of the weights, what the page cache holds when the server starts reading them
 
 
 def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
     """Seconds of each boot step for a model of `size` bytes. The fetcher writes into the page cache and hashes
     behind the download; the kernel writes back from the start, so the final fsync waits only for what the disk
-    has not caught up with, and the download itself slows to the disk's rate once the dirty limit is reached."""
+    has not caught up with, and the download itself slows to the disk's rate once the dirty limit is reached.
+    The load reads what the page cache still holds at its rate and the rest from the volume."""
     network = size / r.network_bps
     held = (size - r.dirty_limit) / r.disk_bps if size > r.dirty_limit else 0.0
     received = max(network, held)
     hashed = max(received, size / r.hash_bps)
     on_disk = max(hashed, size / r.disk_bps)
+    cached = size * r.cached_share
+    read = cached / r.page_cache_bps + ((size - cached) / r.disk_read_bps if cached < size else 0.0)
     return {
-        "image pull": image_bytes / r.image_bps,
+        "image pull": r.image_fixed_s + image_bytes / r.image_bps,
         "fetch (network)": received,
         "verify (hash after the last byte)": hashed - received,
         "write (fsync after the hash)": on_disk - hashed,
         "fetch step in all": on_disk,
-        "real-size read of the weights": size / r.page_cache_bps,
+        "real-size read of the weights": read,
     }
 
 
@@ -138,7 +150,7 @@ def model(p: ServingProfile) -> ColdStart:
         upload_s=upload,
         load_s=load,
         load_from="page cache" if fits else "EBS (model larger than RAM headroom)",
-        image_s=io.image_bytes / a("ecr_bps"),
+        image_s=a("ecr_fixed_s") + io.image_bytes / a("ecr_bps"),
     )
 
 
@@ -153,16 +165,22 @@ def _unit(name: str, value: float) -> str:
 
 
 def production_rates(p: ServingProfile) -> Rates:
-    """The S3-cache boot of one profile's instance: the Rates `steps` takes, from the sourced figures above."""
+    """The S3-cache boot of one profile's instance: the Rates `steps` takes, from the sourced figures above. The
+    weights stay in the page cache only when RAM holds them next to the server; a file larger than that is read
+    back from the volume whole (the page cache keeps the end of a sequential write, which a read from the start
+    evicts before it reaches it)."""
     io = INSTANCES[p.hardware.instance_type]
     disk = min(p.fleet.volume.volume_throughput_mibps * MIB, io.ebs_bps)
     return Rates(
         network_bps=min(a("s3_stream_bps") * a("s3_streams"), io.network_bps),
         hash_bps=a("hash_bps"),
         disk_bps=disk,
-        page_cache_bps=a("page_cache_bps") if model(p).load_from == "page cache" else disk,
+        page_cache_bps=a("page_cache_bps"),
         dirty_limit=a("dirty_share") * p.hardware.memory_gib * 1024**3,
         image_bps=a("ecr_bps"),
+        image_fixed_s=a("ecr_fixed_s"),
+        disk_read_bps=disk,
+        cached_share=1.0 if model(p).load_from == "page cache" else 0.0,
     )
 
 

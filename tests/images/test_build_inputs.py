@@ -216,11 +216,9 @@ def test_start_handler_skips_a_tag_that_is_already_in_ecr(monkeypatch):
         result = image_build_start.handler(event, None)
     assert result == {"PhysicalResourceId": "x86-64-cpu-0123456789abcdef", "Data": {"BuildId": ""}}
 
-    from stacks.handlers import image_build_is_complete
+    from stacks.handlers import build_is_complete
 
-    assert image_build_is_complete.handler({"RequestType": "Update", "Data": result["Data"]}, None) == {
-        "IsComplete": True
-    }
+    assert build_is_complete.handler({"RequestType": "Update", "Data": result["Data"]}, None) == {"IsComplete": True}
 
 
 # --- issue 9 item 5: CloudFormation waits at most an hour for a custom resource -----------------------------

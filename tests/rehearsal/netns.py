@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import socket
 import threading
@@ -83,12 +84,31 @@ class Forward:
         self.listener.close()
 
 
+PIPE_BYTES = 1 << 20  # one splice moves at most what the pipe holds
+
+
 def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy src to dst until src ends, then end dst's writing side. splice(2) through a pipe moves the bytes inside
+    the kernel: a real-size boot sends 16.8 GB through here, and a copy through Python would cost this machine's
+    two cores what the instance's fetcher needs (the rehearsal's path would then measure the harness, not the
+    fetcher)."""
     try:
-        while data := src.recv(1 << 18):
-            dst.sendall(data)
+        _splice(src, dst)
     except OSError:
         pass
     finally:
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
+
+
+def _splice(src: socket.socket, dst: socket.socket) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with contextlib.suppress(OSError):  # a smaller pipe only means more calls
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        while n := os.splice(src.fileno(), write_end, PIPE_BYTES):
+            while n:
+                n -= os.splice(read_end, dst.fileno(), n)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
+from werkzeug.serving import make_server
 
 from gguf_serve.container.fetch import FetchError, FileSpec, fetch_file
 from gguf_serve.container.fetch.ranged import MIB
@@ -22,17 +24,28 @@ BUCKET, KEY = "model-cache", "models/owner/big-GGUF/master/big.gguf"
 UNREACHABLE = "http://127.0.0.1:9"
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[tuple[ObjectFiles, str, bytes]]:
+@pytest.fixture(params=["own server", "werkzeug"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ObjectFiles, str, bytes]]:
+    """The S3 benchmark's own server, or werkzeug's as the rehearsal's AWS stand-in runs it (sendfile both)."""
     data = random.Random(7).randbytes(9 * MIB + 5)
     (tmp_path / "object").write_bytes(data)
     files = ObjectFiles(connection_bps=200e6)
     files.put(BUCKET, KEY, tmp_path / "object", {"sha256": hashlib.sha256(data).hexdigest()})
-    served = serve(files)
+    if request.param == "own server":
+        served = serve(files)
+        try:
+            yield files, served.url, data
+        finally:
+            served.close()
+        return
+    server = make_server("127.0.0.1", 0, files, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
     try:
-        yield files, served.url, data
+        yield files, f"http://127.0.0.1:{server.server_port}", data
     finally:
-        served.close()
+        server.shutdown()
+        server.server_close()
 
 
 def _cache(url: str) -> S3Cache:

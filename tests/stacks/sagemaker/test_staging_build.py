@@ -19,7 +19,7 @@ from moto.server import ThreadedMotoServer
 
 from gguf_serve.local.hub import LocalScope
 from gguf_serve.local.process import free_port
-from stacks.sagemaker.staging import HANDLERS
+from stacks.build_step import HANDLERS
 from tests.container.sagemaker.conftest import FILE, spec_for, write_gguf
 
 pytestmark = pytest.mark.slow

@@ -1,3 +1,5 @@
+import os
+
 import boto3
 
 
@@ -5,7 +7,7 @@ def handler(event, context):
     if event["RequestType"] == "Delete":
         return {"IsComplete": True}
     build_id = event["Data"]["BuildId"]
-    if not build_id:  # the object was already staged
+    if not build_id:  # the start handler found the build's output there already
         return {"IsComplete": True}
     build = boto3.client("codebuild").batch_get_builds(ids=[build_id])["builds"][0]
     status = build["buildStatus"]
@@ -14,4 +16,4 @@ def handler(event, context):
         return {"IsComplete": False}
     if status == "SUCCEEDED":
         return {"IsComplete": True}
-    raise RuntimeError(f"model staging {build_id} ended {status}; its CodeBuild log says why (the fetcher's last line)")
+    raise RuntimeError(f"{os.environ['BUILD_WHAT']} {build_id} ended {status}; {os.environ['BUILD_LOOK']}")

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 import h11
 
 from gguf_serve.container.hop.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE, needs_key
-from gguf_serve.container.hop.client import READ_SIZE, ClientConnection, Hop, Refused, error_body
+from gguf_serve.container.hop.client import READ_SIZE, ClientConnection, Hop, Refused, error_body, fields
 from gguf_serve.container.hop.exchange import Exchange, forwarded_headers
 from gguf_serve.container.hop.metrics import RequestRecord
 
@@ -40,7 +40,8 @@ async def handle(conn: ClientConnection, request: h11.Request) -> None:
     server = conn.server
     try:
         request = server.rewrite(request)
-        route, length, chunked = _check(conn, request)
+        lowered = fields(request.headers)
+        route, length, chunked = _check(conn, request, lowered)
     except Refused as e:
         await conn.refuse(e.status, e.message)
         return
@@ -54,7 +55,7 @@ async def handle(conn: ClientConnection, request: h11.Request) -> None:
         return
     has_body = chunked or bool(length)
     keyless = server.keys is not None and needs_key(request.method, route, has_body)
-    if keyless and not server.keys.accepts(request.headers):  # type: ignore[union-attr]
+    if keyless and not server.keys.accepts(lowered):  # type: ignore[union-attr]
         server.metrics.unauthorized += 1  # answered here: no body read, no admission place, not shed
         await conn.reply(401, UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE)
         return
@@ -89,15 +90,17 @@ async def handle(conn: ClientConnection, request: h11.Request) -> None:
                     drain.broken += 1
 
 
-def _check(conn: ClientConnection, request: h11.Request) -> tuple[str, int | None, bool]:
+def _check(
+    conn: ClientConnection, request: h11.Request, lowered: list[tuple[bytes, bytes]]
+) -> tuple[str, int | None, bool]:
     """(route as llama-server matches it, Content-Length, chunked), or Refused for what is not forwarded."""
     target = request.target
     if not target.startswith(b"/"):
         raise Refused(400, "the request target must be a path (origin-form)")
     if request.http_version not in (b"1.0", b"1.1"):
         raise Refused(505, f"HTTP/{request.http_version.decode('ascii')} is not served here; use HTTP/1.1")
-    lengths = [v for n, v in request.headers if n == b"content-length"]
-    chunked = any(n == b"transfer-encoding" for n, _ in request.headers)
+    lengths = [v for n, v in lowered if n == b"content-length"]
+    chunked = any(n == b"transfer-encoding" for n, _ in lowered)
     if lengths and chunked:  # RFC 9112 6.1: a proxy must not forward such a request; llama-server reads both
         raise Refused(400, "Content-Length together with Transfer-Encoding")
     length = int(lengths[0]) if lengths else None  # h11 took digits only and equal duplicates as one

@@ -20,13 +20,14 @@ class ChunkedError(ValueError):
 class ChunkedDecoder:
     """feed(data) -> the payload bytes `data` completes; `done` once the last chunk and trailers are in."""
 
-    __slots__ = ("_left", "_line", "_state", "done")
+    __slots__ = ("_left", "_line", "_state", "done", "rest")
 
     def __init__(self) -> None:
         self._state = 0  # 0: size line, 1: chunk data, 2: CRLF after data, 3: trailer lines
         self._left = 0  # bytes of chunk data still to come
         self._line = b""  # an incomplete line
         self.done = False
+        self.rest = b""  # with feed(strict=False): the bytes after the body's end
 
     def one_chunk(self, data: bytes) -> bytes | None:
         """The payload when `data` is exactly one whole chunk (not the last) between two chunks, as llama-server
@@ -39,7 +40,8 @@ class ChunkedDecoder:
         end = nl + 1 + int(size, 16)
         return data[nl + 1 : end] if end > nl + 1 and data[end:] == b"\r\n" else None
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes, *, strict: bool = True) -> bytes:
+        """The payload `data` completes. Bytes after the body's end raise, or with strict=False are kept in `rest`."""
         out: list[bytes] = []
         pos, end = 0, len(data)
         while pos < end and not self.done:
@@ -65,7 +67,9 @@ class ChunkedDecoder:
             elif not line:  # state 3: the empty line after the trailers ends the body
                 self.done = True
         if pos < end and self.done:
-            raise ChunkedError("bytes after the end of a chunked body")
+            if strict:
+                raise ChunkedError("bytes after the end of a chunked body")
+            self.rest = data[pos:]
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _read_line(self, data: bytes, pos: int) -> tuple[bytes | None, int]:

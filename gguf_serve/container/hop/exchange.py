@@ -17,6 +17,7 @@ from typing import Any
 
 import h11
 
+from gguf_serve.container.hop.answer import LAST_CHUNK, AnswerReader, frame_chunk, frame_request
 from gguf_serve.container.hop.chunked import ChunkedError
 from gguf_serve.container.hop.client import HOP_BY_HOP, READ_SIZE, ClientConnection, ClientGone, Hop, Refused
 from gguf_serve.container.hop.connections import BODY, BUSY
@@ -43,7 +44,7 @@ class Exchange(Answer):
         self.route = route
         self.chunked = chunked
         self.record = record
-        self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self.up = AnswerReader(request.method, limit=READ_SIZE)
         self.upstream: UpstreamConnection | None = None
         self.head_sent = False
         self.completed = False  # the whole answer reached the client
@@ -51,7 +52,8 @@ class Exchange(Answer):
         self.body_in = False  # the whole request body went to llama-server
         self._body_bytes = 0
         self._body_deadline: float | None = None
-        self._resend: list[h11.Event] | None = None  # sent on a kept connection, no answer byte yet: can go again
+        self._early: BaseException | None = None  # what stopped the body before the pump ran; the pump raises it
+        self._resend: list[bytes] | None = None  # sent on a kept connection, no answer byte yet: can go again
         self._resend_bytes = 0
         self._framed: list[bytes] = []  # framed for llama-server, not written yet
         self.keep_alive = False  # llama-server's answer leaves the connection open (HTTP/1.1, no Connection: close)
@@ -104,24 +106,28 @@ class Exchange(Answer):
             upstream = self.upstream = await self.server.upstream.take(fresh=fresh)
         except (OSError, TimeoutError) as e:
             raise Unreachable(str(e) or type(e).__name__) from None
-        self.up = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_SIZE)
+        self.up = AnswerReader(self.request.method, limit=READ_SIZE)
         self._framed = []
         again, self._resend = self._resend, [] if upstream.reused else None
         if again:
-            upstream.write(b"".join([self.up.send(event) for event in again]))
+            upstream.write(b"".join(again))
         else:
             headers = forwarded_headers(self.server, self.request, self.chunked)
-            self._send_up(h11.Request(method=self.request.method, target=self.request.target, headers=headers))
+            self._send_up(frame_request(self.request.method, self.request.target, headers))
+        self._take_buffered()
+        if self._framed and self._early is None:
+            upstream.write(b"".join(self._framed))
+            self._framed.clear()
         self._body = asyncio.create_task(self._pump_body())
         await self._relay_watched(upstream, self._body)
 
-    def _send_up(self, event: h11.Event) -> None:
-        """Frame an event for llama-server; _flush_up writes what is framed (a head and a body that came with it
-        go out in one write)."""
-        self._framed.append(self.up.send(event))  # type: ignore[arg-type]
+    def _send_up(self, data: bytes, body: int = 0) -> None:
+        """Bytes framed for llama-server (`body` of them the request body's); _flush_up writes what is framed (a
+        head and a body that came with it go out in one write)."""
+        self._framed.append(data)
         if self._resend is not None:
-            self._resend.append(event)
-            self._resend_bytes += len(event.data) if isinstance(event, h11.Data) else 0
+            self._resend.append(data)
+            self._resend_bytes += body
             if self._resend_bytes > RESEND_MAX_BYTES:
                 self._resend = None
 
@@ -208,6 +214,32 @@ class Exchange(Answer):
             raise ClientGone(reason.message)
         raise reason if isinstance(reason, ClientGone) else ClientGone(str(reason))
 
+    def _body_event(self, event: h11.Event) -> None:
+        """A piece of the request body (or its end) from the client's h11, framed for llama-server."""
+        if isinstance(event, h11.Data):
+            self._body_bytes += len(event.data)
+            if self._body_bytes > self.conn.limits.max_body_bytes:
+                raise Refused(413, "request body over the limit")
+            self._send_up(frame_chunk(event.data) if self.chunked else event.data, len(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            self._send_up(LAST_CHUNK if self.chunked else b"")
+            self.body_in = True
+            self.conn.place(BUSY)
+        else:
+            raise ClientGone(f"unexpected {type(event).__name__}")
+
+    def _take_buffered(self) -> None:
+        """The body that came with the head, framed now, so that head and body go to llama-server in this turn
+        rather than in the pump's first step; what stops the body here (413, a bad chunk) the pump raises."""
+        try:
+            while not self.body_in and self._early is None:
+                event = self.conn.h11.next_event()
+                if event is h11.NEED_DATA:
+                    return
+                self._body_event(event)
+        except (Refused, ClientGone, h11.RemoteProtocolError) as e:
+            self._early = e
+
     async def _pump_body(self) -> None:
         """The request body to llama-server as the client sends it; then watch for the client leaving. Started
         again after a resend: it goes on from what h11 has not given yet."""
@@ -217,6 +249,9 @@ class Exchange(Answer):
         deadline = self._body_deadline
         if conn.h11.their_state is h11.SEND_BODY:
             conn.place(BODY)
+        early, self._early = self._early, None
+        if early is not None:
+            raise early
         while not self.body_in:
             event = conn.h11.next_event()
             if event is h11.NEED_DATA:
@@ -234,18 +269,9 @@ class Exchange(Answer):
                     if time.monotonic() < deadline:
                         raise ClientGone("request body timeout") from None
                 continue
-            if isinstance(event, h11.Data):
-                self._body_bytes += len(event.data)
-                if self._body_bytes > limits.max_body_bytes:
-                    raise Refused(413, "request body over the limit")
-                self._send_up(h11.Data(data=event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                self._send_up(h11.EndOfMessage())
-                self.body_in = True
-                conn.place(BUSY)
+            self._body_event(event)
+            if self.body_in:
                 await self._flush_up()
-            else:
-                raise ClientGone(f"unexpected {type(event).__name__}")
         # The body is in. A read that ends (EOF or reset) means the client left: stop the answer, free the slot.
         while not conn.peer_eof and len(conn.h11.trailing_data[0]) <= limits.max_header_bytes:
             try:

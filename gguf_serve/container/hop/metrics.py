@@ -94,7 +94,7 @@ class SseTokenScanner:
             return
         if carries_text(payload):
             self.record.token(at)
-        if b'"timings"' in payload:
+        if payload.find(b'"timings"') != -1:  # not `in`: bytes.__contains__ tries an int first, raising each time
             try:
                 event = json.loads(payload)
             except ValueError:
@@ -117,7 +117,7 @@ def carries_text(payload: bytes) -> bool:
             if payload[at + len(key) : at + len(key) + 1] != b'"':
                 return True
             at = payload.find(key, at + 1)
-    return b'"tool_calls":[{' in payload
+    return payload.find(b'"tool_calls":[{') != -1
 
 
 def _number(timings: dict[str, Any], key: str) -> float | None:

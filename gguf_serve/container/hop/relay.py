@@ -18,8 +18,9 @@ from typing import Any
 
 import h11
 
+from gguf_serve.container.hop.answer import AnswerReader
 from gguf_serve.container.hop.chunked import ChunkedDecoder
-from gguf_serve.container.hop.client import HOP_BY_HOP, ClientConnection, ClientGone, Hop
+from gguf_serve.container.hop.client import HOP_BY_HOP, ClientConnection, ClientGone, Hop, fields
 from gguf_serve.container.hop.metrics import RequestRecord, SseTokenScanner
 from gguf_serve.container.hop.upstream import UpstreamConnection
 
@@ -36,13 +37,13 @@ class Answer:
     request: h11.Request
     route: str
     record: RequestRecord | None
-    up: h11.Connection  # llama-server's side of this exchange
+    up: AnswerReader  # llama-server's answer to this exchange
     head_sent: bool  # the answer's head went to the client: an error now cuts the answer, it is no 502
     completed: bool  # the whole answer reached the client
     keep_alive: bool  # llama-server's answer leaves the connection open (HTTP/1.1, no Connection: close)
     answer_read: bool  # and it was read to its end
     last_byte: float  # time.monotonic() of llama-server's last byte: the silence timer reads it
-    _resend: list[h11.Event] | None
+    _resend: list[bytes] | None
 
     async def read_upstream(self, upstream: UpstreamConnection) -> bytes:
         """The next bytes from llama-server (b"" at its end); the relay's watcher stops a silent one."""
@@ -66,22 +67,25 @@ class Answer:
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
-                self.keep_alive = _keeps_alive(event)
+                lowered = fields(event.headers)
+                self.keep_alive = _keeps_alive(event, lowered)
                 if metrics_route:
                     await self._metrics(event, upstream)
                     return
                 headers = [(n, v) for n, v in event.headers.raw_items() if n.lower() not in HOP_BY_HOP]
                 if record is not None:
                     record.status = event.status_code
-                    ctype = event.headers and dict(event.headers).get(b"content-type", b"")
+                    ctype = dict(lowered).get(b"content-type", b"")
                     record.stream = bool(ctype) and ctype.startswith(b"text/event-stream")
                     scanner = SseTokenScanner(record) if record.stream else None
                     kept = bytearray() if not record.stream and event.status_code == 200 else None
                 if conn.h11.their_state is h11.SEND_BODY:  # answered before the body is in: a refusal; then close
                     headers.append((b"connection", b"close"))
-                await conn.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason))
+                # _parsed: the fields were checked where they were read (answer.py or h11), not once more
+                answer = h11.Response(status_code=event.status_code, headers=headers, reason=event.reason, _parsed=True)
+                await conn.send(answer)
                 self.head_sent = True
-                if scanner is not None and self._chunked_both_ways(event):
+                if scanner is not None and self._chunked_both_ways(event, lowered):
                     await self._stream(upstream, scanner, up.trailing_data[0])
                     return
             elif isinstance(event, h11.Data):
@@ -107,9 +111,9 @@ class Answer:
             elif isinstance(event, h11.ConnectionClosed):
                 raise h11.RemoteProtocolError("upstream closed")
 
-    def _chunked_both_ways(self, response: h11.Response) -> bool:
+    def _chunked_both_ways(self, response: h11.Response, lowered: list[tuple[bytes, bytes]]) -> bool:
         """llama-server sends the answer chunked, and h11 frames it chunked for this client (HTTP/1.1, a body)."""
-        upstream = any(name == b"transfer-encoding" for name, _ in response.headers)
+        upstream = any(name == b"transfer-encoding" for name, _ in lowered)
         client = self.conn.h11.their_http_version == b"1.1" and not self.conn.head_only
         return upstream and client and response.status_code not in (204, 304)
 
@@ -239,11 +243,11 @@ class StreamRelay:
             self.wake.set_result(None)
 
 
-def _keeps_alive(response: h11.Response) -> bool:
+def _keeps_alive(response: h11.Response, lowered: list[tuple[bytes, bytes]]) -> bool:
     """HTTP/1.1 without `Connection: close`: llama-server keeps the connection for another request."""
     if response.http_version != b"1.1":
         return False
-    return not any(name == b"connection" and b"close" in value.lower() for name, value in response.headers)
+    return not any(name == b"connection" and value.lower().find(b"close") != -1 for name, value in lowered)
 
 
 def _timings(body: bytes) -> dict[str, Any] | None:

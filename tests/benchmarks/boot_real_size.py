@@ -163,7 +163,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--link-mbps", type=float, default=300.0, help="the S3 stand-in, all GETs together (MB/s)")
     ap.add_argument("--stream-mbps", type=float, default=40.0, help="each GET (MB/s)")
-    ap.add_argument("--keep", action="store_true", help="keep the instance until Enter is pressed")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the instance until Enter is pressed (its serving units stopped by the second pull)",
+    )
     ap.add_argument("--server-log", action="store_true", help="print the units' journal from the server's start on")
     a = ap.parse_args()
 

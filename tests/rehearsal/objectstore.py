@@ -137,12 +137,10 @@ class ObjectFiles:
             self._count(heads=1)
             return []
         self._count(gets=1)
-        body = self._body(obj, start, end + 1)
         # Under werkzeug (the rehearsal's AWS stand-in) the body goes out with sendfile on a plain socket too.
         sock = environ.get("werkzeug.socket")
         plain = isinstance(sock, socket.socket) and not isinstance(sock, ssl.SSLSocket) and sock.gettimeout() is None
-        body.socket = sock if plain else None
-        return body
+        return self._body(obj, start, end + 1, sock if plain else None)
 
     def _find(self, environ: dict[str, Any]) -> StoredObject | None:
         path = unquote(environ.get("PATH_INFO", ""))
@@ -153,9 +151,9 @@ class ObjectFiles:
             found = self.objects.get((host.split(".", 1)[0], path.lstrip("/")))
         return found
 
-    def _body(self, obj: StoredObject, start: int, end: int) -> FileBody:
+    def _body(self, obj: StoredObject, start: int, end: int, sock: socket.socket | None) -> FileBody:
         paces = [p for p in (Pace(self.connection_bps) if self.connection_bps else None, self.link) if p is not None]
-        return FileBody(obj.path, start, end, paces, self._count)
+        return FileBody(obj.path, start, end, paces, self._count, sock)
 
     def _count(self, **added: int) -> None:
         with self.counters.lock:
@@ -167,9 +165,13 @@ class FileBody:
     """Bytes [start, end) of a file at the paced rate: iterated by any WSGI server, or sent with sendfile by
     `serve` (no copy through Python: the stand-in's own CPU stays out of what a benchmark measures)."""
 
-    def __init__(self, path: Path, start: int, end: int, paces: list[Pace], count: Callable[..., None]) -> None:
+    def __init__(
+        self, path: Path, start: int, end: int, paces: list[Pace], count: Callable[..., None],
+        sock: socket.socket | None = None,
+    ) -> None:  # fmt: skip
+        """sock: the WSGI server's own socket, when the body may write to it (plain, blocking)."""
         self.path, self.start, self.end, self.paces, self.count = path, start, end, paces, count
-        self.socket: socket.socket | None = None  # set when the WSGI server lets the body write to its socket
+        self.socket = sock
 
     def __iter__(self) -> Iterator[bytes]:
         if self.socket is not None:

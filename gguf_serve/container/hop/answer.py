@@ -82,9 +82,7 @@ class AnswerReader:
                 self._state = DONE
                 return h11.EndOfMessage()
             if not buf:
-                if self._closed:
-                    raise h11.RemoteProtocolError("peer closed connection without sending complete message body")
-                return h11.NEED_DATA
+                return self._need_data()
             data, self._buf = (buf, b"") if len(buf) <= self._left else (buf[: self._left], buf[self._left :])
             self._left -= len(data)
             return h11.Data(data=data)
@@ -95,9 +93,7 @@ class AnswerReader:
                 self._state = DONE
                 return h11.EndOfMessage()
             if not buf:
-                if self._closed:
-                    raise h11.RemoteProtocolError("peer closed connection without sending complete message body")
-                return h11.NEED_DATA
+                return self._need_data()
             try:
                 payload, self._buf = decoder.feed(buf, strict=False), decoder.rest
             except ChunkedError as e:
@@ -107,6 +103,12 @@ class AnswerReader:
                 return h11.Data(data=payload)
             return self.next_event()
         return h11.PAUSED if buf else h11.NEED_DATA  # DONE: what follows the answer is trailing data
+
+    def _need_data(self) -> type[h11.NEED_DATA]:
+        """More of the body is needed: NEED_DATA, or h11's error when llama-server has closed."""
+        if self._closed:
+            raise h11.RemoteProtocolError("peer closed connection without sending complete message body")
+        return h11.NEED_DATA
 
     def _head(self) -> h11.Event | type[h11.NEED_DATA]:
         buf = self._buf

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -169,21 +170,30 @@ def hop(upstream: Upstream) -> Iterator[ProxyServer]:
     server.server_close()
 
 
-@pytest.fixture
-def make_hop(upstream: Upstream) -> Iterator:
-    """make_hop(limits=..., admission=..., upstream=url): a hop with other settings, stopped after the test."""
+@contextlib.contextmanager
+def _hops(default_url: str) -> Iterator[Callable[..., ProxyServer]]:
+    """make(url=None, **ProxyServer settings): hops in front of `default_url` (or url), all stopped at the end."""
     started: list[ProxyServer] = []
 
     def make(url: str | None = None, **kwargs) -> ProxyServer:
-        server = ProxyServer(("127.0.0.1", 0), url or upstream.url, **kwargs)
+        server = ProxyServer(("127.0.0.1", 0), url or default_url, **kwargs)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append(server)
         return server
 
-    yield make
-    for server in started:
-        server.shutdown()
-        server.server_close()
+    try:
+        yield make
+    finally:
+        for server in started:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.fixture
+def make_hop(upstream: Upstream) -> Iterator:
+    """make_hop(limits=..., admission=..., upstream=url): a hop with other settings, stopped after the test."""
+    with _hops(upstream.url) as make:
+        yield make
 
 
 @pytest.fixture
@@ -200,18 +210,8 @@ def make_pooled_hop(scripted, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
     from gguf_serve.container.hop import upstream as upstream_pool
 
     monkeypatch.setattr(upstream_pool, "UPSTREAM_IDLE_S", 60.0)  # only the hop's own decisions close a connection
-    started: list[ProxyServer] = []
-
-    def make(**kwargs) -> ProxyServer:
-        server = ProxyServer(("127.0.0.1", 0), scripted.url, **kwargs)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        started.append(server)
-        return server
-
-    yield make
-    for server in started:
-        server.shutdown()
-        server.server_close()
+    with _hops(scripted.url) as make:
+        yield make
 
 
 def hop_url(server: ProxyServer) -> str:

@@ -50,6 +50,11 @@ RUN python3 /usr/local/bin/selfcheck /check --no-elf --allow-missing libcuda.so.
       --import gguf_serve.container.metrics.cli --import gguf_serve.container.hop.cli \
       --import gguf_serve.container.kube.cli \
       --import boto3
+# The one compiled wheel, the hop's event loop, loads in the image's Python where the builder runs the image's
+# machine (x86 here and in CodeBuild); an arm64 image built on x86 carries the aarch64 wheel build-image.sh chose.
+RUN if chroot /check /usr/bin/true 2>/dev/null; then \
+      chroot /check env PYTHONPATH=/opt/gguf-serve/site python3 -B -c 'import uvloop; print("imported", uvloop.__file__)'; \
+    else echo "uvloop: built for the image's machine, not imported on this builder"; fi
 
 # What runs: the image stage and the bytecode the check stage compiled (no RUN here either).
 FROM image AS serving

@@ -207,9 +207,13 @@ build_app() {
   (cd "$SOURCES_DIR/wheels" && sha256sum -c --quiet SHA256SUMS)
   rm -rf "$context/site"
   mkdir -p "$context/site"
-  local wheel
+  # Pure-Python wheels, and the binary ones (uvloop) built for this target's machine only.
+  local wheel machine
+  case "$arch" in amd64) machine=x86_64 ;; arm64) machine=aarch64 ;; *) log "no wheel machine for $arch"; exit 1 ;; esac
   for wheel in "$SOURCES_DIR"/wheels/*.whl; do
-    python3 -m zipfile -e "$wheel" "$context/site"
+    case "${wheel##*/}" in
+      *-none-any.whl | *"_$machine.whl") python3 -m zipfile -e "$wheel" "$context/site" ;;
+    esac
   done
   log "building image $IMAGE_TAG on $BASE_TAG"
   local app_args=(-f "$context/docker/app.Dockerfile" --build-arg "LLAMA_BASE=$REPOSITORY_URI:$BASE_TAG"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stage what the in-region image build needs from outside the region, once, into a cache outside the checkout:
-# the llama.cpp source (the pinned PyPI sdist, sha256-checked), the image's pure-Python wheels (pip checks
+# the llama.cpp source (the pinned PyPI sdist, sha256-checked), the image's wheels (pip checks
 # the hashes in docker/requirements-image.txt) and Debian's debootstrap package (docker/debian-sources.txt).
 # Nothing is taken from this machine's own OS: any machine with Python, pip and curl stages the same bytes.
 # `cdk synth` puts this directory into the build's S3 asset, so the builder reaches no package index.
@@ -36,14 +36,19 @@ if ! echo "$sha256  $sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
   mv "$sdist.part" "$sdist"
 fi
 
-want=$(sed -n 's/.*--hash=sha256:\([0-9a-f]\{64\}\).*/\1/p' "$root/docker/requirements-image.txt" | sort)
+want=$(grep -o -- '--hash=sha256:[0-9a-f]\{64\}' "$root/docker/requirements-image.txt" | cut -d: -f2 | sort)
 # An empty or partial folder (a fresh cache) must lead to the download below, not end the script under set -e.
 have=$(cd "$dest/wheels" && { sha256sum -- *.whl 2>/dev/null || true; } | cut -d' ' -f1 | sort)
 if [[ "$want" != "$have" || ! -f "$dest/wheels/SHA256SUMS" ]]; then
   rm -rf "$dest/wheels.tmp"
   mkdir -p "$dest/wheels.tmp"
-  "$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \
-    -r "$root/docker/requirements-image.txt" --dest "$dest/wheels.tmp" >&2
+  # For the images' Python (Debian trixie's CPython 3.13), once per architecture: pure-Python wheels are the same
+  # files both times, uvloop's binary wheel one per architecture; whatever Python and OS this machine has.
+  for platform in manylinux_2_28_x86_64 manylinux_2_28_aarch64; do
+    "$python" -m pip download --quiet --no-deps --only-binary :all: --require-hashes \
+      --platform "$platform" --python-version 3.13 --implementation cp --abi cp313 \
+      -r "$root/docker/requirements-image.txt" --dest "$dest/wheels.tmp" >&2
+  done
   (cd "$dest/wheels.tmp" && sha256sum -- *.whl >SHA256SUMS)
   rm -rf "$dest/wheels"
   mv "$dest/wheels.tmp" "$dest/wheels"

@@ -40,8 +40,10 @@ def pinned_sources() -> dict[str, str]:
     sha = re.search(r"^ARG LLAMA_CPP_PYTHON_SHA256=([0-9a-f]{64})$", dockerfile, re.M).group(1)  # type: ignore[union-attr]
     pins = {f"llama_cpp_python-{version}.tar.gz": sha}
     for line in (DOCKER / "requirements-image.txt").read_text().splitlines():
-        if m := re.match(r"^(\S+)==(\S+) --hash=sha256:([0-9a-f]{64})$", line):
-            pins[f"wheels/{m.group(1)}=={m.group(2)}"] = m.group(3)
+        if m := re.match(r"^(\S+)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)$", line):
+            # One wheel per hash: a binary wheel has one per architecture (uvloop).
+            for i, sha in enumerate(re.findall(r"[0-9a-f]{64}", m.group(3))):
+                pins[f"wheels/{m.group(1)}=={m.group(2)}" + (f" ({i + 1})" if i else "")] = sha
     for line in (DOCKER / "debian-sources.txt").read_text().splitlines():
         if m := re.match(r"^\S+/(\S+\.deb) ([0-9a-f]{64})$", line):
             pins[f"debian/{m.group(1)}"] = m.group(2)

@@ -1,12 +1,12 @@
 """The locked GGUF, put in the stack's bucket by the project's own fetcher before the endpoint is created.
 
 A CodeBuild project runs `python3 -m gguf_serve.container.launch fetch` from the image's own source asset (its
-pure-Python wheels from the staged sources, checked against their SHA256SUMS): ranged download from ModelScope
-(or the bucket, when a copy is there), sha256 checked while it streams, written back to S3 only once verified, with
-the sha256 in the object's metadata. The prefix is the pin itself, `sagemaker/<sha256>/`, so it holds that one
-object and nothing else writes there: the model's S3Prefix points at it, and SageMaker copies exactly that file.
-A custom resource starts the build unless the object is already there (its size and metadata sha256 checked) and
-completes when the build has; the model depends on it.
+pure-Python wheels, `*-none-any`, from the staged sources, checked against their SHA256SUMS): ranged download from
+ModelScope (or the bucket, when a copy is there), sha256 checked while it streams, written back to S3 only once
+verified, with the sha256 in the object's metadata. The prefix is the pin itself, `sagemaker/<sha256>/`, so it holds
+that one object and nothing else writes there: the model's S3Prefix points at it, and SageMaker copies exactly that
+file. A custom resource starts the build unless the object is already there (its size and metadata sha256 checked)
+and completes when the build has; the model depends on it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ _BUILD_SPEC = {
             # buildspec 0.2 runs every command in one shell: WORK carries over
             "commands": [
                 '(cd "$CODEBUILD_SRC_DIR_sources/wheels" && sha256sum -c --quiet SHA256SUMS)',
-                'WORK="$(mktemp -d)" && mkdir "$WORK/site" && for w in "$CODEBUILD_SRC_DIR_sources"/wheels/*.whl; '
+                'WORK="$(mktemp -d)" && mkdir "$WORK/site" && '
+                'for w in "$CODEBUILD_SRC_DIR_sources"/wheels/*-none-any.whl; '
                 'do python3 -m zipfile -e "$w" "$WORK/site"; done',
                 'printf %s "$RUNTIME_SPEC" > "$WORK/runtime.json"',
                 'PYTHONPATH="$CODEBUILD_SRC_DIR:$WORK/site" python3 -m gguf_serve.container.launch fetch '

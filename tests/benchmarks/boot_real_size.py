@@ -21,6 +21,7 @@ of free disk for the instance's copy. Not a test: it prints numbers (docs/cold-s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
 import os
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,10 +99,14 @@ def measure_rates(work: Path, link_bps: float, stream_bps: float, streams: int, 
 
 class HostSampler:
     """This machine every `every` seconds while the boot runs: CPU busy (share of all cores), bytes written to its
-    disks, dirty and writeback page-cache bytes. What a step was bound by, beside the model's reading of it."""
+    disks, dirty and writeback page-cache bytes, and how much of each watched file (the instance's copy of the
+    weights once it exists, the S3 stand-in's source) the page cache holds. What a step was bound by, beside the
+    model's reading of it."""
 
-    def __init__(self, every: float = 1.0) -> None:
+    def __init__(self, watched: dict[str, Callable[[], Path | None]], every: float = 1.0) -> None:
         self.every, self.samples = every, []  # (time, busy share, disk bytes written so far, dirty + writeback)
+        self.watched = watched
+        self.resident: dict[str, list[tuple[float, float]]] = {name: [] for name in watched}  # (time, share)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -122,6 +128,10 @@ class HostSampler:
             self.samples.append(
                 (time.time(), 1 - idle / total if total else 0.0, _disk_written(), sum(meminfo.values()))
             )
+            for name, where in self.watched.items():
+                path = where()
+                if path is not None and (share := _resident_share(path)) is not None:
+                    self.resident[name].append((time.time(), share))
 
     def between(self, start: float, end: float) -> str:
         inside = [x for x in self.samples if start <= x[0] <= end]
@@ -131,6 +141,15 @@ class HostSampler:
         written = (inside[-1][2] - inside[0][2]) / (inside[-1][0] - inside[0][0])
         return (f"CPU busy {busy:.0%} of {os.cpu_count()} cores, disk writes {written / 1e6:.0f} MB/s, "
                 f"dirty + writeback up to {max(x[3] for x in inside) / 1e9:.1f} GB")  # fmt: skip
+
+    def resident_at(self, name: str, when: float) -> float:
+        """A watched file's share in the page cache at the last sample before `when` (nan: none)."""
+        before = [share for t, share in self.resident[name] if t <= when]
+        return before[-1] if before else float("nan")
+
+    def most_resident(self, name: str, start: float, end: float) -> float:
+        """A watched file's largest share in the page cache between two times (nan: no sample)."""
+        return max((share for t, share in self.resident[name] if start <= t <= end), default=float("nan"))
 
 
 def _cpu_times() -> tuple[int, int]:
@@ -152,6 +171,39 @@ def _disk_written() -> int:
     return total
 
 
+def _resident_share(path: Path) -> float | None:
+    """Of a file, the share the page cache holds (fincore: resident bytes / size); None while it is not there."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES,SIZE", str(path)],
+                         capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+    return int(out[0]) / int(out[1]) if len(out) == 2 and out[1].isdigit() and int(out[1]) else None
+
+
+DAMON = Path("/sys/kernel/mm/damon/admin/kdamonds")
+
+
+@contextlib.contextmanager
+def _no_proactive_reclaim() -> Iterator[list[str]]:
+    """Pause DAMON's running kdamonds for the boot, and restart them after: a VM host may run one to page out what
+    was not touched for a while (here: `pageout` of regions idle for 12 x 5 s, up to 128 MiB/s), which takes the
+    weights written first out of the page cache before the load. An EC2 instance's kernel runs none by default.
+    Yields the kdamonds paused."""
+    paused = [d.name for d in sorted(DAMON.glob("[0-9]*")) if (d / "state").read_text().strip() == "on"]
+    for name in paused:
+        (DAMON / name / "state").write_text("off\n")
+    try:
+        yield paused
+    finally:
+        for name in paused:
+            (DAMON / name / "state").write_text("on\n")
+
+
+def _drop_caches() -> None:
+    """Empty this machine's page cache, as an instance's is at launch: what else it held (images, test data, other
+    work) would otherwise stay while the fetched weights, written last, are reclaimed first."""
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("1\n")
+
+
 def _read_bps(path: Path) -> float:
     """Bytes per second `cat` reads the file at: the tool the instance's read of the weights is timed with."""
     t0 = time.perf_counter()
@@ -169,13 +221,23 @@ def main() -> int:
         help="keep the instance until Enter is pressed (its serving units stopped by the second pull)",
     )
     ap.add_argument("--server-log", action="store_true", help="print the units' journal from the server's start on")
+    ap.add_argument(
+        "--keep-damon",
+        action="store_true",
+        help="leave DAMON's proactive reclaim running during the boot, where this machine runs it (default: paused)",
+    )
+    ap.add_argument(
+        "--keep-caches",
+        action="store_true",
+        help="leave this machine's page cache as it is before the boot (default: emptied, as an instance's at launch)",
+    )
     a = ap.parse_args()
 
     from gguf_serve.catalog.models import ModelArtifact
     from tests.catalog.stand_in import FILE, REPO, stand_in_gguf
     from tests.committed import local_profile
     from tests.rehearsal.conftest import _stage_and_synth
-    from tests.rehearsal.harness import STATE, World, rehearsal_profile
+    from tests.rehearsal.harness import STATE, rehearsal_profile
 
     image = os.environ.get("GGUF_SERVE_REHEARSAL_IMAGE") or _serving_image(_stage_and_synth())
     gguf = stand_in_gguf()
@@ -188,17 +250,31 @@ def main() -> int:
     base = rehearsal_profile()
     profile = replace(base, model=artifact, server=local_profile(model=artifact).server)
     profile = replace(profile, server=replace(profile.server, host=base.server.host, port=base.server.port))
-    streams = 16  # the fetcher's default --s3-connections
     STATE.mkdir(parents=True, exist_ok=True)
     print(f"boot of {artifact.size_bytes / 1e9:.1f} GB from the S3 stand-in at {a.link_mbps:g} MB/s "
           f"({a.stream_mbps:g} MB/s per GET) with image {image}", flush=True)  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        paused = [] if a.keep_damon else stack.enter_context(_no_proactive_reclaim())
+        if paused:
+            print(f"DAMON's proactive reclaim paused for the boot (kdamond {', '.join(paused)})", flush=True)
+        return _boot(a, image, gguf, artifact, profile)
+
+
+def _boot(a, image, gguf, artifact, profile) -> int:  # noqa: ANN001 - the parsed arguments and the boot's inputs
+    from tests.catalog.stand_in import FILE
+    from tests.rehearsal.harness import STATE, World
+
+    streams = 16  # the fetcher's default --s3-connections
     with World(image, gguf, profile=profile) as world:
         blobs = list(world.registry.blobs.values())
         rates = measure_rates(STATE, a.link_mbps * 1e6, a.stream_mbps * 1e6, streams, blobs)
         world.aws.objects.limit(link_bps=a.link_mbps * 1e6, connection_bps=a.stream_mbps * 1e6)
-        world.seed_cache(gguf, sha)
+        world.seed_cache(gguf, artifact.sha256)
         instance = world.instance("i-0b00000000000b16e")
-        with HostSampler() as sampler:
+        if not a.keep_caches:
+            _drop_caches()
+        watched = {"weights": lambda: _host_path(instance, FILE), "source": lambda: gguf}
+        with HostSampler(watched) as sampler:
             instance.start()
             result = instance.wait_boot_done(timeout=3600)
         at = {t.step.split(" ")[0]: t.at for t in instance.step_times()}
@@ -211,6 +287,7 @@ def main() -> int:
         cached_share = _cached_share(instance, FILE)
         read_s = _page_cache_read(instance, FILE)
         again = (_cached_share(instance, FILE), _page_cache_read(instance, FILE))  # what the first read left cached
+        map_bps = _map_bps(instance, FILE)
         pull_s = _pull_again(instance, removed=True)
         if a.keep:
             input("press Enter to tear the instance down")
@@ -219,6 +296,14 @@ def main() -> int:
     print(f"during the image pull: {sampler.between(t + at.get('image', 0), t + at.get('model', 0))}")
     print(f"during the model fetch: {sampler.between(t + at.get('model', 0), t + at.get('systemd', 0))}")
     print(f"the weights read again at once: {again[1]:.1f} s, {again[0]:.0%} of them in the page cache before it")
+    t_load = t + at.get("loading", float("nan"))
+    at_load = sampler.resident_at("weights", t_load)
+    fetch_end = t + at.get("systemd", float("nan"))
+    source = sampler.most_resident("source", t + at.get("model", 0), fetch_end) * artifact.size_bytes
+    print(f"the S3 stand-in's source in this machine's page cache during the fetch: up to {source / 1e9:.1f} GB")
+    print(f"of the weights in the page cache: {at_load:.0%} when llama-server began loading, {cached_share:.0%} "
+          "after the boot; "
+          f"mapped from the page cache (MAP_POPULATE, as llama.cpp maps it) at {map_bps / 1e9:.1f} GB/s")  # fmt: skip
     measured = _measured(at, fetch_line, read_s)
     compressed = world.registry.compressed_bytes
     print(f"the image pulled again inside the instance, its layers removed first: {pull_s:.1f} s; the login and a "
@@ -227,6 +312,9 @@ def main() -> int:
     pull_bps = compressed / (pull_s - pull_fixed_s) if pull_s > pull_fixed_s else rates.image_bps
     rates = replace(rates, image_fixed_s=pull_fixed_s, cached_share=cached_share, image_bps=pull_bps)
     model = steps(artifact.size_bytes, world.registry.compressed_bytes, rates)
+    # The stand-in's tensors are tiny: its load maps what the page cache held when it began and reads the rest.
+    load = steps(artifact.size_bytes, compressed, replace(rates, cached_share=at_load, map_bps=map_bps))
+    model["load (llama-server maps the weights)"] = load["load (llama-server maps the weights)"]
     _print(measured, model, rates, world.registry.compressed_bytes, artifact.size_bytes, a)
     return 0 if result.endswith("exited 0") else 1
 
@@ -320,6 +408,30 @@ def _cached_share(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstanc
     """Of the model file, the share the page cache holds now (fincore: pages resident / size)."""
     out = instance.sh(f"fincore --bytes --noheadings --output RES,SIZE {MODEL_DIR}/{file}").stdout.split()
     return int(out[0]) / int(out[1]) if len(out) == 2 and all(x.isdigit() for x in out) else float("nan")
+
+
+def _host_path(instance, file: str) -> Path | None:  # noqa: ANN001 - a FakeInstance
+    """The instance's copy of the model file as this machine sees it (its container's upper layer), once it exists."""
+    from tests.images.engine import docker
+
+    upper = docker("inspect", "-f", "{{.GraphDriver.Data.UpperDir}}", instance.name, check=False).stdout.strip()
+    path = Path(upper) / MODEL_DIR.lstrip("/") / file if upper else None
+    return path if path is not None and path.is_file() else None
+
+
+MAP = """import mmap, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+t = time.perf_counter()
+m = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0x8000), prot=mmap.PROT_READ)
+print(int(os.fstat(fd).st_size / (time.perf_counter() - t)))
+"""
+
+
+def _map_bps(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstance
+    """Bytes per second the page cache's copy of the weights is mapped at inside the instance, as llama.cpp's loader
+    maps it (mmap with MAP_POPULATE: every page entered in the process's page tables, nothing copied)."""
+    out = instance.sh(f"python3 -c {shlex.quote(MAP)} {MODEL_DIR}/{file}", timeout=600).stdout.strip()
+    return float(out) if out.isdigit() else float("nan")
 
 
 def _page_cache_read(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstance

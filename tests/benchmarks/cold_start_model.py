@@ -101,13 +101,17 @@ class Rates:
     image_fixed_s: float = 0.0  # image pull: the registry login and round trips, whatever the image's size
     disk_read_bps: float = 0.0  # reading the weights from the volume (what the page cache does not hold)
     cached_share: float = 1.0  # of the weights, what the page cache holds when the server starts reading them
+    # Mapping weights the page cache holds without reading them (llama.cpp maps the file with MAP_POPULATE): the
+    # load of a model whose tensors are a few megabytes (the rehearsal's stand-in). 0: the load reads the weights.
+    map_bps: float = 0.0
 
 
 def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
     """Seconds of each boot step for a model of `size` bytes. The fetcher writes into the page cache and hashes
     behind the download; the kernel writes back from the start, so the final fsync waits only for what the disk
     has not caught up with, and the download itself slows to the disk's rate once the dirty limit is reached.
-    The load reads what the page cache still holds at its rate and the rest from the volume."""
+    The load reads what the page cache still holds at its rate and the rest from the volume; with `map_bps` (a
+    stand-in whose tensors are tiny) it maps what the page cache holds at that rate and reads the rest."""
     network = size / r.network_bps
     held = (size - r.dirty_limit) / r.disk_bps if size > r.dirty_limit else 0.0
     received = max(network, held)
@@ -116,6 +120,7 @@ def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
     cached = size * r.cached_share
     uncached = (size - cached) / r.disk_read_bps if cached < size else 0.0
     read = cached / r.page_cache_bps + uncached
+    load = cached / r.map_bps + uncached if r.map_bps else read
     return {
         "image pull": r.image_fixed_s + image_bytes / r.image_bps,
         "fetch (network)": received,
@@ -123,7 +128,7 @@ def steps(size: int, image_bytes: int, r: Rates) -> dict[str, float]:
         "write (fsync after the hash)": on_disk - hashed,
         "fetch step in all": on_disk,
         "real-size read of the weights": read,
-        "load (llama-server maps the weights)": read,
+        "load (llama-server maps the weights)": load,
     }
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from gguf_serve.container.hop.loop import LOOP_ENV  # noqa: E402
 from gguf_serve.local.process import free_port  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -43,9 +44,9 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def start(cmd: list[str]) -> tuple[subprocess.Popen[str], int]:
+def start(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:  # valgrind writes its banner first
         if m := re.search(r"listening on (?:\S+:)?(\d+)", line):
@@ -112,6 +113,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=0, help="requests per stream (default: 4096 tokens per stream)")
     ap.add_argument("--gap-ms", type=float, default=1.0, help="upstream time between tokens of one stream")
     ap.add_argument("--callgrind", action="store_true", help="run the hop under callgrind: instructions per token")
+    ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="the hop's event loop")
     ap.add_argument("--ttft-rounds", type=int, default=20, help="rounds per path of the TTFT comparison")
     ap.add_argument("--ttft-gap-ms", type=float, default=25.0, help="token gap in the TTFT rounds (40 tok/s a stream)")
     a = ap.parse_args()
@@ -127,7 +129,8 @@ def main() -> int:
     rows = []
     try:
         for streams in a.streams:
-            hop, port = start([*hop_cmd, "--slots", str(streams)])  # an upstream that serves every stream at once
+            # an upstream that serves every stream at once
+            hop, port = start([*hop_cmd, "--slots", str(streams)], {LOOP_ENV: a.loop})
             try:
                 requests = a.requests or max(1, 4096 // a.tokens)
                 asyncio.run(load(port, min(streams, 4), 1, 16, 0))  # warm-up: imports, first connections
@@ -156,7 +159,8 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(f"hop CPU per streamed token: llama-server-shaped SSE upstream, {a.tokens} tokens per request, "
           f"{a.gap_ms:g} ms between tokens of a stream; {os.cpu_count()} CPUs ({platform.machine()}), "
-          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at the end"
+          f"Python {platform.python_version()}, the hop on {a.loop}'s loop, "
+          f"load average {os.getloadavg()[0]:.2f} at the end"
           + (" (hop under callgrind: CPU times are valgrind's, not the hop's)" if a.callgrind else ""))  # fmt: skip
     print("| streams | requests | tokens | seconds | hop CPU s (user + system) | hop CPU us per token (user + system) "
           "| hop CPU ms per request | instructions per token | instructions per request |")  # fmt: skip

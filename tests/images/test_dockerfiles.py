@@ -101,7 +101,7 @@ def test_application_layer_contract():
 
 def test_image_wheels_match_requirements():
     pins = (DOCKER / "requirements-image.txt").read_text()
-    for name in ("urllib3", "boto3", "botocore", "h11"):
+    for name in ("urllib3", "boto3", "botocore", "h11", "uvloop"):
         assert f"{_requirement(name)} --hash=sha256:" in pins, f"{name} must match requirements.txt"
 
 

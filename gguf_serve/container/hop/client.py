@@ -136,10 +136,14 @@ class ClientConnection:
                     await self._linger()
                 self.transport.close()
 
-    async def _linger(self, seconds: float = 2.0, most: int = 4 * 1024 * 1024) -> None:
-        """After an answer to a request whose body is still arriving (413, 429, 408): half-close and drop what
-        comes for a moment, so that the client reads the answer before the close resets the connection."""
-        end, dropped = time.monotonic() + seconds, 0
+    async def _linger(self, seconds: float = 2.0) -> None:
+        """After an answer to a request whose body is still arriving (401 from llama-server, 413, 429, 408):
+        half-close and drop what comes for a moment, so that the client reads the answer before the close resets
+        the connection. A client writing its body as fast as loopback takes it sends megabytes before it looks
+        for an answer: the hop drops up to a whole body's worth (`max_body_bytes`) within the time, as nginx's
+        lingering close does (by time alone); with a 4 MiB bound here one keyless 24 MiB body in a few was reset
+        before its client read the 401."""
+        end, dropped, most = time.monotonic() + seconds, 0, self.limits.max_body_bytes
         with contextlib.suppress(Exception):
             self.transport.write_eof()
             while dropped < most and (left := end - time.monotonic()) > 0:

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import h11
 
 from gguf_serve.container.hop import admission
+from gguf_serve.container.hop import loop as hop_loop
 from gguf_serve.container.hop.auth import ApiKeys
 from gguf_serve.container.hop.channel import Channel
 from gguf_serve.container.hop.client import ClientConnection, Refused, error_body
@@ -97,7 +98,7 @@ class ProxyServer:
 
     def serve_forever(self) -> None:
         try:
-            asyncio.run(self._serve())
+            hop_loop.run(self._serve())
         finally:
             self._finished.set()
 

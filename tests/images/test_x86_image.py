@@ -127,7 +127,9 @@ def test_image_is_layered_small_and_runs_as_a_non_root_user(x86):
     }
     (REPORT / "size-x86-64-cpu.json").write_text(json.dumps(report, indent=1))
     assert total <= 250e6, report  # issue 11's goal for a CPU image
-    assert app_bytes <= 25e6, report  # an application change moves a few megabytes, not llama.cpp
+    # An application change moves its own layer, not llama.cpp: 25.7 MB since uvloop's library joined it (15.7 MB
+    # with its debug info, as the pinned wheel ships it; 4.3 MB of it compressed) cut the hop's CPU per token.
+    assert app_bytes <= 30e6, report
 
 
 def test_llama_server_in_the_image_is_the_pinned_build(x86):

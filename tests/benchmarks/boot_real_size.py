@@ -10,7 +10,12 @@ load is the tiny model's, so the real-size read of the weights from the page cac
 instance (what a real model's load reads).
 
 This machine's rates are measured first: sha256 on one core, writes to the disk the instance writes to (2 GiB,
-fdatasync), reads back from the page cache, gzip decompression of the image's layers (the pull's CPU bound).
+fdatasync), reads back from the page cache, gzip decompression of the image's layers (the pull's CPU bound). Then,
+so that this machine's memory is an instance's: its page cache is emptied (an instance's holds nothing else at
+launch) and DAMON's proactive reclaim, where its kernel runs one, is paused for the boot (`--keep-caches`,
+`--keep-damon` leave them). While the boot runs, the share of the instance's weights in the page cache is sampled
+every second: the load's model maps what was held when llama-server began (at the rate measured inside the
+instance, MAP_POPULATE as llama.cpp maps it) and reads the rest from the disk.
 
     GGUF_SERVE_REHEARSAL_IMAGE=<image> .venv/bin/python tests/benchmarks/boot_real_size.py --link-mbps 300
 

@@ -188,12 +188,8 @@ class Exchange(Answer):
             self._task.cancel()
 
     def _body_ended(self, body: asyncio.Task[None]) -> None:
-        if body is self._body and not body.cancelled() and (failed := body.exception()) is not None:
-            if isinstance(failed, ConnectionError):
-                # Writing to llama-server failed: it may have answered first and closed (a 401 before it read a
-                # keyless body). The relay goes on: it reads that answer, or the close (502), or the silence.
-                return
-            self._stop_relay(failed)
+        if body is self._body and not body.cancelled() and body.exception() is not None:
+            self._stop_relay(body.exception())  # type: ignore[arg-type]
 
     def _check_silence(self) -> None:
         timeout = self.server.upstream_timeout_s

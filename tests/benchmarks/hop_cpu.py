@@ -4,11 +4,12 @@ next to no CPU) behind the real hop process, --streams concurrent streamed reque
 Prints the hop process's CPU time (user + system, from /proc) per streamed token and per request, measured after a
 warm-up, with the load average; with --callgrind the hop runs under valgrind's callgrind and the script prints
 instructions per token as well (counters zeroed after the warm-up, dumped after the run): a figure that other
-processes on a shared machine cannot move.
+processes on a shared machine cannot move. --loop picks the hop's event loop (uvloop, its default, or asyncio's own).
 
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 1 8 64 --tokens 256
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 8 --tokens 64 --requests 8 --callgrind
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 1 8 --tokens 1 --requests 16 --callgrind  # per request
+    .venv/bin/python tests/benchmarks/hop_cpu.py --loop asyncio --streams 1 --tokens 256 --requests 16 --gap-ms 20
 
 Not a test: it prints numbers (docs/cold-start.md and docs/observability.md quote them).
 """

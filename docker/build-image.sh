@@ -137,6 +137,15 @@ roles() {
   esac
 }
 
+# The machine (uname -m, a wheel's platform tag) of a Docker architecture.
+machine_of() {
+  case "$1" in
+    amd64) echo x86_64 ;;
+    arm64) echo aarch64 ;;
+    *) log "no machine known for architecture $1"; exit 1 ;;
+  esac
+}
+
 # A root of the builder's architecture with the same Python as the image's: the application layer's check
 # imports the launcher with it (in the image's own root when the builder can run it, see docker/selfcheck.py).
 check_image() {
@@ -149,10 +158,7 @@ check_image() {
 # platform up in a registry only, never in the local store where the bootstrapped roots are. Nothing in the
 # build runs the image's architecture (the compile is a cross compile), so no emulator is needed.
 use_classic_builder_for_foreign_arch() {
-  case "$arch/$(uname -m)" in
-    amd64/x86_64 | arm64/aarch64) ;;
-    *) export DOCKER_BUILDKIT=0 ;;
-  esac
+  [[ "$(machine_of "$arch")" == "$(uname -m)" ]] || export DOCKER_BUILDKIT=0
 }
 
 # A stage of its own in CodeBuild (its own run and timeout): the roots come from the mirror, the base's compile
@@ -209,7 +215,7 @@ build_app() {
   mkdir -p "$context/site"
   # Pure-Python wheels, and the binary ones (uvloop) built for this target's machine only.
   local wheel machine
-  case "$arch" in amd64) machine=x86_64 ;; arm64) machine=aarch64 ;; *) log "no wheel machine for $arch"; exit 1 ;; esac
+  machine=$(machine_of "$arch")
   for wheel in "$SOURCES_DIR"/wheels/*.whl; do
     case "${wheel##*/}" in
       *-none-any.whl | *"_$machine.whl") python3 -m zipfile -e "$wheel" "$context/site" ;;

@@ -47,8 +47,10 @@ sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 
 from cold_start_model import Rates, steps  # noqa: E402
 
+from gguf_serve.container import names  # noqa: E402
+
 MIB = 1024 * 1024
-MODEL_DIR = "/opt/gguf-serve/models"
+MODEL_DIR = names.HOST_MODEL_DIR  # where the user data has the fetcher write the model
 EVICT = """import os, sys
 for top in sys.argv[1:]:
     for d, _, files in os.walk(top):
@@ -190,7 +192,9 @@ DAMON = Path("/sys/kernel/mm/damon/admin/kdamonds")
 def _no_proactive_reclaim() -> Iterator[list[str]]:
     """Pause DAMON's running kdamonds for the boot, and restart them after: a VM host may run one to page out what
     was not touched for a while (here: `pageout` of regions idle for 12 x 5 s, up to 128 MiB/s), which takes the
-    weights written first out of the page cache before the load. An EC2 instance's kernel runs none by default.
+    weights written first out of the page cache before the load. A kernel starts none of its own accord: the
+    sysfs kdamonds run once written `on`, and DAMON_RECLAIM's `enabled` defaults to N (mm/damon/reclaim.c,
+    Documentation/admin-guide/mm/damon/reclaim.rst); whether an instance's AMI turns one on is not checked here.
     Yields the kdamonds paused."""
     paused = [d.name for d in sorted(DAMON.glob("[0-9]*")) if (d / "state").read_text().strip() == "on"]
     for name in paused:
@@ -410,9 +414,10 @@ def _first_healthy(instance) -> float:  # noqa: ANN001 - a FakeInstance
 
 
 def _cached_share(instance, file: str) -> float:  # noqa: ANN001 - a FakeInstance
-    """Of the model file, the share the page cache holds now (fincore: pages resident / size)."""
-    out = instance.sh(f"fincore --bytes --noheadings --output RES,SIZE {MODEL_DIR}/{file}").stdout.split()
-    return int(out[0]) / int(out[1]) if len(out) == 2 and all(x.isdigit() for x in out) else float("nan")
+    """Of the instance's model file, the share the page cache holds now (nan: no file)."""
+    path = _host_path(instance, file)
+    share = _resident_share(path) if path is not None else None
+    return float("nan") if share is None else share
 
 
 def _host_path(instance, file: str) -> Path | None:  # noqa: ANN001 - a FakeInstance

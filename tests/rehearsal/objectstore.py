@@ -42,7 +42,7 @@ CHUNK = 1024 * 1024
 # through Python drops as it goes.
 DROP_LAG = 16 * CHUNK
 DROP_LATE_S = 1.0
-_late: list[tuple[float, Path, int, int]] = []  # (when, file, start, end): tails to drop
+_late: list[tuple[float, Path]] = []  # (when, file): files whose unreferenced pages go then
 _late_lock = threading.Lock()
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
@@ -226,7 +226,7 @@ class FileBody:
 
     def _drop_later(self) -> None:
         with _late_lock:
-            _late.append((time.monotonic() + DROP_LATE_S, self.path, 0, 0))  # 0, 0: the whole file
+            _late.append((time.monotonic() + DROP_LATE_S, self.path))
 
     def _pace(self, n: int) -> int:
         for pace in self.paces:
@@ -235,18 +235,18 @@ class FileBody:
 
 
 def _drop_late(now: float | None = None) -> None:
-    """Drop the pages of the bodies' tails whose second has passed (any body's next chunk calls this)."""
+    """Drop the page cache of the files whose bodies ended a second ago (any body's next chunk calls this)."""
     now = time.monotonic() if now is None else now
     with _late_lock:
         due = [x for x in _late if x[0] <= now]
         _late[:] = [x for x in _late if x[0] > now]
-    for _, path, start, end in due:
+    for _, path in due:
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             continue
         try:
-            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)  # pages a socket holds are skipped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the whole file; pages a socket holds are skipped
         finally:
             os.close(fd)
 

@@ -188,8 +188,13 @@ class Exchange(Answer):
             self._task.cancel()
 
     def _body_ended(self, body: asyncio.Task[None]) -> None:
-        if body is self._body and not body.cancelled() and body.exception() is not None:
-            self._stop_relay(body.exception())  # type: ignore[arg-type]
+        if body is self._body and not body.cancelled() and (failed := body.exception()) is not None:
+            if isinstance(failed, ConnectionError):
+                # Writing to llama-server failed (the client's side fails as ClientGone): it may have answered
+                # first and closed (a 401 before it read a keyless body). The relay goes on and reads that answer
+                # (upstream.py keeps it), or the break (a 502), or the silence.
+                return
+            self._stop_relay(failed)
 
     def _check_silence(self) -> None:
         timeout = self.server.upstream_timeout_s
@@ -266,8 +271,11 @@ class Exchange(Answer):
                 try:
                     await conn.receive(min(limits.body_timeout_s, left))
                 except TimeoutError:
-                    if time.monotonic() < deadline:
+                    # Which wait ended, not the clock read after it: uvloop's timers run on libuv's millisecond
+                    # clock and may end up to a millisecond before time.monotonic() reaches the deadline.
+                    if left > limits.body_timeout_s:
                         raise ClientGone("request body timeout") from None
+                    raise Refused(408, f"request body not complete in {limits.body_deadline_s:g} s") from None
                 continue
             self._body_event(event)
             if self.body_in:

@@ -11,12 +11,20 @@ new connection (exchange.py), only while no byte of the answer has arrived.
 A connection is its own asyncio protocol. Bytes are pulled (`read`) for heads and whole answers; during a streamed
 answer they are pushed instead (`relay`) to a sink called from the socket's read callback, so that a token costs
 one callback, not a future, a task step and a copy through a StreamReader.
+
+llama-server may answer before it has read a request's body (a 401 to a keyless one) and close with the rest unread,
+which makes its kernel reset the connection. The hop's next write of the body then fails, and asyncio's transport
+(uvloop's too) closes on a failed write without reading what the kernel still holds, though Linux keeps what arrived
+before a reset readable. Each connection therefore keeps a second descriptor of its socket, and when the connection
+breaks with bytes unread, they are read from it before the break is seen: the client gets llama-server's answer, not
+a 502.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import time
 import typing
@@ -27,6 +35,7 @@ from gguf_serve.container.hop.channel import BUFFER_LIMIT, Channel
 UPSTREAM_IDLE_S = 2.0  # under cpp-httplib's keep-alive timeout (CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND, 5 s)
 UPSTREAM_SPARE = 4  # idle connections kept beyond llama-server's slots: /metrics and requests queued for a slot
 RESEND_MAX_BYTES = 1024 * 1024  # a request body up to this size is kept to send again; a larger one is not resent
+LEFT_MAX_BYTES = 1024 * 1024  # what is read of a broken connection's unread bytes: an answer given before a reset
 
 
 class Sink(typing.Protocol):
@@ -48,6 +57,38 @@ class UpstreamConnection(Channel):
         self.reused = False
         self.idle_since = 0.0
         self._sink: Sink | None = None
+        self._spare = -1  # a second descriptor of the socket, to read what a failed write left unread
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                self._spare = os.dup(sock.fileno())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        spare, self._spare = self._spare, -1
+        if spare >= 0:
+            try:
+                if exc is not None and not self._eof:
+                    self._read_what_is_left(spare)
+            finally:
+                os.close(spare)
+        super().connection_lost(exc)
+
+    def _read_what_is_left(self, fd: int) -> None:
+        """The bytes the kernel holds for a connection the transport gave up on (a failed write): into the buffer
+        or the sink, as if read before the break."""
+        left = LEFT_MAX_BYTES
+        while left > 0:
+            try:
+                data = os.read(fd, min(left, 65536))
+            except OSError:  # nothing more (EAGAIN), or the reset itself once the data is read
+                return
+            if not data:
+                return
+            left -= len(data)
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
         if self._sink is not None:

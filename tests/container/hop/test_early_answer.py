@@ -2,18 +2,16 @@
 unread, so its kernel resets the connection: the hop's next write of the body fails, and the client should still
 get llama-server's answer, not a 502.
 
-Open, and marked so: asyncio's transports (and uvloop's) close on a failed write, discarding what the kernel still
-holds to read, though Linux keeps data that came before a reset readable. The hop answers 502 "llama-server closed
-the connection without an answer" every time here; in the keyless chaos test on a loaded machine, in some runs.
-The fix is a write to llama-server that leaves the read side open when it fails (the answer read to its end first).
+asyncio's transports (and uvloop's) close on a failed write without reading what the kernel still holds, though
+Linux keeps what came before a reset readable: before upstream.py read it from a second descriptor, the hop answered
+502 "llama-server closed the connection without an answer" here every time, and in the keyless chaos test on a
+loaded machine in some runs.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-
-import pytest
 
 MIB = 1024 * 1024
 ANSWER = b'{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}'
@@ -63,7 +61,6 @@ def _read_until_closed(sock: socket.socket) -> bytes:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="open: a failed write to llama-server discards its unread answer (502)")
 def test_an_answer_before_the_body_reaches_the_client_when_llama_server_closes(make_hop) -> None:
     for _ in range(5):  # the race between the hop's write and llama-server's reset, five times
         with socket.create_server(("127.0.0.1", 0)) as listener:

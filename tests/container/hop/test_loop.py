@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 
 import pytest
@@ -13,8 +14,12 @@ import uvloop
 from gguf_serve.container.hop import loop as hop_loop
 
 
-def test_a_serving_hop_runs_on_uvloop(hop):
-    assert isinstance(hop._loop, uvloop.Loop)
+def test_a_serving_hop_runs_on_uvloop_unless_asyncio_is_asked_for(hop):
+    """The hop tests run on either loop (GGUF_SERVE_HOP_LOOP=asyncio for the whole folder): uvloop by default."""
+    if os.environ.get(hop_loop.LOOP_ENV) == "asyncio":
+        assert isinstance(hop._loop, asyncio.SelectorEventLoop)
+    else:
+        assert isinstance(hop._loop, uvloop.Loop)
 
 
 def test_run_gives_the_coroutines_result_on_the_chosen_loop(monkeypatch):

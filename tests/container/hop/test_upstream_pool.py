@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import time
 
@@ -121,3 +122,23 @@ def test_a_connection_closed_while_idle_is_not_used(scripted, pooled_hop) -> Non
     status, body = _chat(pooled_hop)
     assert status == 200 and b"[DONE]" in body
     assert scripted.accepts == 2
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_every_upstream_connection_the_hop_closes_leaves_no_descriptor(scripted, pooled_hop) -> None:
+    """Each upstream connection holds a second descriptor (for an answer left unread by a reset, upstream.py): the
+    ends that close it (llama-server's Connection: close, a cut answer, a close without an answer) close both."""
+    assert _chat(pooled_hop)[0] == 200  # the hop's loop, pool and first connection exist before the count
+    _pooled(pooled_hop, 1)
+    before = _descriptors()
+    rounds = 8
+    scripted.script = ["close", "cut", "drop"] * rounds
+    statuses = [_chat(pooled_hop)[0] for _ in range(3 * rounds)]
+    assert statuses.count(200) == rounds and statuses.count(-1) == rounds, statuses
+    deadline = time.monotonic() + 5
+    while (left := _descriptors() - before) > 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the hop's loop closes what the last answers ended
+    assert left <= 2, f"{left} descriptors more than before {3 * rounds} closed upstream connections"

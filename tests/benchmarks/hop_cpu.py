@@ -5,11 +5,14 @@ Prints the hop process's CPU time (user + system, from /proc) per streamed token
 warm-up, with the load average; with --callgrind the hop runs under valgrind's callgrind and the script prints
 instructions per token as well (counters zeroed after the warm-up, dumped after the run): a figure that other
 processes on a shared machine cannot move. --loop picks the hop's event loop (uvloop, its default, or asyncio's own).
+--relay floor puts a byte relay in C (relay_floor.c, compiled with cc) where the hop was: what the wake-up, epoll,
+read and write of one token cost on this machine whatever does them, the floor under the hop's figure.
 
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 1 8 64 --tokens 256
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 8 --tokens 64 --requests 8 --callgrind
     .venv/bin/python tests/benchmarks/hop_cpu.py --streams 1 8 --tokens 1 --requests 16 --callgrind  # per request
     .venv/bin/python tests/benchmarks/hop_cpu.py --loop asyncio --streams 1 --tokens 256 --requests 16 --gap-ms 20
+    .venv/bin/python tests/benchmarks/hop_cpu.py --relay floor --streams 1 --tokens 256 --requests 16 --gap-ms 20
 
 Not a test: it prints numbers (docs/cold-start.md and docs/observability.md quote them).
 """
@@ -107,6 +110,16 @@ def callgrind_total(out: Path) -> int:
     raise RuntimeError(f"no totals in {out}")
 
 
+def floor_relay(work: Path) -> list[str]:
+    """The C byte relay, compiled into `work`: its command without the upstream's port."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise SystemExit("--relay floor needs a C compiler (apt-get install gcc)")
+    binary = work / "relay_floor"
+    subprocess.run([cc, "-O2", "-o", str(binary), str(ROOT / "tests/benchmarks/relay_floor.c")], check=True)
+    return [str(binary), HOST, "0", HOST]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 8, 64])
@@ -115,13 +128,17 @@ def main() -> int:
     ap.add_argument("--gap-ms", type=float, default=1.0, help="upstream time between tokens of one stream")
     ap.add_argument("--callgrind", action="store_true", help="run the hop under callgrind: instructions per token")
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="the hop's event loop")
+    ap.add_argument("--relay", choices=("hop", "floor"), default="hop", help="the hop, or a C byte relay (the floor)")
     ap.add_argument("--ttft-rounds", type=int, default=20, help="rounds per path of the TTFT comparison")
     ap.add_argument("--ttft-gap-ms", type=float, default=25.0, help="token gap in the TTFT rounds (40 tok/s a stream)")
     a = ap.parse_args()
-    upstream, up_port = start([sys.executable, str(ROOT / "tests/benchmarks/sse_upstream.py"), "0"])
     work = Path(tempfile.mkdtemp(prefix="hop-cpu-"))
+    floor = floor_relay(work) if a.relay == "floor" else None
+    upstream, up_port = start([sys.executable, str(ROOT / "tests/benchmarks/sse_upstream.py"), "0"])
     hop_cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"{HOST}:{free_port()}",
                "--upstream", f"http://{HOST}:{up_port}", "--gpu-metrics", "off"]  # fmt: skip
+    if floor:
+        hop_cmd = [*floor, str(up_port)]
     if a.callgrind:
         if not shutil.which("valgrind"):
             raise SystemExit("--callgrind needs valgrind (apt-get install valgrind)")
@@ -131,7 +148,8 @@ def main() -> int:
     try:
         for streams in a.streams:
             # an upstream that serves every stream at once
-            hop, port = start([*hop_cmd, "--slots", str(streams)], {LOOP_ENV: a.loop})
+            slots = [] if floor else ["--slots", str(streams)]
+            hop, port = start([*hop_cmd, *slots], {LOOP_ENV: a.loop})
             try:
                 requests = a.requests or max(1, 4096 // a.tokens)
                 asyncio.run(load(port, min(streams, 4), 1, 16, 0))  # warm-up: imports, first connections
@@ -158,9 +176,10 @@ def main() -> int:
         upstream.terminate()
         upstream.wait(10)
         shutil.rmtree(work, ignore_errors=True)
+    what = "the C byte relay (the floor) in place of the hop" if floor else f"the hop on {a.loop}'s loop"
     print(f"hop CPU per streamed token: llama-server-shaped SSE upstream, {a.tokens} tokens per request, "
           f"{a.gap_ms:g} ms between tokens of a stream; {os.cpu_count()} CPUs ({platform.machine()}), "
-          f"Python {platform.python_version()}, the hop on {a.loop}'s loop, "
+          f"Python {platform.python_version()}, {what}, "
           f"load average {os.getloadavg()[0]:.2f} at the end"
           + (" (hop under callgrind: CPU times are valgrind's, not the hop's)" if a.callgrind else ""))  # fmt: skip
     print("| streams | requests | tokens | seconds | hop CPU s (user + system) | hop CPU us per token (user + system) "

@@ -186,10 +186,11 @@ def _keys(args: argparse.Namespace) -> ApiKeys | None:
 
 
 def _raise_open_files(connections: int) -> None:
-    """Room for every client connection and its upstream one, and a burst of accepts: the soft limit up to the
-    hard one (asyncio accepts up to 100 connections per wake-up before a closed one's socket is released)."""
+    """Room for every client connection and its upstream one (two descriptors: upstream.py keeps a second to read
+    an answer left unread by a reset), and a burst of accepts: the soft limit up to the hard one (asyncio accepts up
+    to 100 connections per wake-up before a closed one's socket is released)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = 2 * connections + 100 + 64
+    want = 3 * connections + 100 + 64
     if soft != resource.RLIM_INFINITY and soft < want:
         target = want if hard == resource.RLIM_INFINITY else min(want, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

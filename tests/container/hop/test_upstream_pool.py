@@ -6,7 +6,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import resource
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -142,3 +145,17 @@ def test_every_upstream_connection_the_hop_closes_leaves_no_descriptor(scripted,
     while (left := _descriptors() - before) > 2 and time.monotonic() < deadline:
         time.sleep(0.05)  # the hop's loop closes what the last answers ended
     assert left <= 2, f"{left} descriptors more than before {3 * rounds} closed upstream connections"
+
+
+def test_the_open_file_limit_covers_two_descriptors_per_upstream_connection() -> None:
+    """At start the hop raises its soft open-file limit for every client connection and its upstream one, which
+    holds two descriptors (gguf_serve/container/hop/cli.py)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    connections = 1000
+    if hard != resource.RLIM_INFINITY and hard < 3 * connections + 164:
+        pytest.skip(f"this machine's hard open-file limit ({hard}) is under what the check needs")
+    code = ("import resource; from gguf_serve.container.hop.cli import _raise_open_files; "
+            f"_raise_open_files({connections}); print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))  # fmt: skip
+    assert int(run.stdout) >= 3 * connections + 100

@@ -111,12 +111,13 @@ def callgrind_total(out: Path) -> int:
 
 
 def floor_relay(work: Path) -> list[str]:
-    """The C byte relay, compiled into `work`: its command without the upstream's port."""
+    """The C byte relay, compiled into `work` (a warning fails it): its command without the upstream's port."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise SystemExit("--relay floor needs a C compiler (apt-get install gcc)")
     binary = work / "relay_floor"
-    subprocess.run([cc, "-O2", "-o", str(binary), str(ROOT / "tests/benchmarks/relay_floor.c")], check=True)
+    source = ROOT / "tests/benchmarks/relay_floor.c"
+    subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(source)], check=True)
     return [str(binary), HOST, "0", HOST]
 
 

@@ -11,11 +11,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from gguf_serve.container.hop import upstream as upstream_pool
 from gguf_serve.container.hop.proxy import ProxyServer
+from gguf_serve.local.process import free_port
 
 from .conftest import KEY
 
@@ -148,14 +150,23 @@ def test_every_upstream_connection_the_hop_closes_leaves_no_descriptor(scripted,
 
 
 def test_the_open_file_limit_covers_two_descriptors_per_upstream_connection() -> None:
-    """At start the hop raises its soft open-file limit for every client connection and its upstream one, which
-    holds two descriptors (gguf_serve/container/hop/cli.py)."""
+    """The hop, started as the image starts it, raises its soft open-file limit for every client connection and its
+    upstream one, which holds two descriptors (gguf_serve/container/hop/cli.py)."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    connections = 1000
+    connections = 1000 + 64  # --max-connections and the overflow that answers /health only (Limits)
     if hard != resource.RLIM_INFINITY and hard < 3 * connections + 164:
         pytest.skip(f"this machine's hard open-file limit ({hard}) is under what the check needs")
-    code = ("import resource; from gguf_serve.container.hop.cli import _raise_open_files; "
-            f"_raise_open_files({connections}); print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])")  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))  # fmt: skip
-    assert int(run.stdout) >= 3 * connections + 100
+    cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{free_port()}", "--upstream",
+           "http://127.0.0.1:9", "--gpu-metrics", "off", "--max-connections", "1000"]  # fmt: skip
+    hop = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))  # fmt: skip
+    try:
+        assert hop.stderr is not None
+        started = next((line for line in hop.stderr if "listening on" in line), None)
+        assert started is not None, "the hop did not start"
+        limits = Path(f"/proc/{hop.pid}/limits").read_text()
+    finally:
+        hop.terminate()
+        hop.wait(10)
+    soft = next(line.split()[3] for line in limits.splitlines() if line.startswith("Max open files"))
+    assert int(soft) >= 3 * connections + 100, limits

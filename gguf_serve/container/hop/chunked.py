@@ -10,7 +10,7 @@ and trailers, which the hop never forwards.
 from __future__ import annotations
 
 MAX_LINE = 4096  # a chunk-size line or a trailer field; h11 bounds the same lines
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 
 
 class ChunkedError(ValueError):
@@ -20,12 +20,13 @@ class ChunkedError(ValueError):
 class ChunkedDecoder:
     """feed(data) -> the payload bytes `data` completes; `done` once the last chunk and trailers are in."""
 
-    __slots__ = ("_left", "_line", "_state", "done", "rest")
+    __slots__ = ("_left", "_line", "_state", "between", "done", "rest")
 
     def __init__(self) -> None:
         self._state = 0  # 0: size line, 1: chunk data, 2: CRLF after data, 3: trailer lines
         self._left = 0  # bytes of chunk data still to come
         self._line = b""  # an incomplete line
+        self.between = True  # between two chunks: the next byte starts a chunk's size line
         self.done = False
         self.rest = b""  # with feed(strict=False): the bytes after the body's end
 
@@ -35,7 +36,7 @@ class ChunkedDecoder:
         if self._state or self._line:
             return None
         nl = data.find(b"\n", 0, 18)
-        if nl < 2 or data[nl - 1] != 13 or not _HEX.issuperset(size := data[: nl - 1]):
+        if nl < 2 or data[nl - 1] != 13 or not HEX_DIGITS.issuperset(size := data[: nl - 1]):
             return None
         end = nl + 1 + int(size, 16)
         return data[nl + 1 : end] if end > nl + 1 and data[end:] == b"\r\n" else None
@@ -44,6 +45,7 @@ class ChunkedDecoder:
         """The payload `data` completes. Bytes after the body's end raise, or with strict=False are kept in `rest`."""
         out: list[bytes] = []
         pos, end = 0, len(data)
+        self.between = False  # until this read is taken whole (a bad one leaves it False)
         while pos < end and not self.done:
             state = self._state
             if state == 1:
@@ -66,6 +68,7 @@ class ChunkedDecoder:
                 self._state = 0
             elif not line:  # state 3: the empty line after the trailers ends the body
                 self.done = True
+        self.between = not self._state and not self._line
         if pos < end and self.done:
             if strict:
                 raise ChunkedError("bytes after the end of a chunked body")
@@ -89,6 +92,6 @@ class ChunkedDecoder:
 
 def _chunk_size(line: bytes) -> int:
     size = line.split(b";", 1)[0].rstrip(b" \t")
-    if not size or len(size) > 16 or not _HEX.issuperset(size):
+    if not size or len(size) > 16 or not HEX_DIGITS.issuperset(size):
         raise ChunkedError(f"bad chunk size line {line[:40]!r}")
     return int(size, 16)

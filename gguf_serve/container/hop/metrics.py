@@ -63,13 +63,14 @@ class SseTokenScanner:
         self._pending: list[bytes] = []
         self._pending_len = 0
         self._overflow = False
+        self.between = True  # between two lines: a read holding whole events may go to `event` directly
         self.done = False  # the final event, `data: [DONE]`, went past
 
     def feed(self, data: bytes, at: float) -> None:
         last = len(data) - 2
-        if data.find(b"\n") == last and data[-1] == 10 and not self._pending and not self._overflow:
+        if data.find(b"\n") == last and data[-1] == 10 and self.between:
             if data.startswith(b"data:"):  # one whole event (a line and the empty line), as llama-server sends it
-                self._event(data[5:last].strip(), at)
+                self.event(data[5:last].strip(), at)
             return
         start = 0
         while (end := data.find(b"\n", start)) != -1:
@@ -78,7 +79,7 @@ class SseTokenScanner:
                 line = None if self._overflow else b"".join([*self._pending, data[start:end]])
                 self._pending, self._pending_len, self._overflow = [], 0, False
             if line is not None and line.startswith(b"data:"):
-                self._event(line[5:].strip(), at)
+                self.event(line[5:].strip(), at)
             start = end + 1
         rest = data[start:]
         if rest and not self._overflow:
@@ -86,8 +87,10 @@ class SseTokenScanner:
             self._pending_len += len(rest)
             if self._pending_len > MAX_SSE_LINE:
                 self._pending, self._pending_len, self._overflow = [], 0, True
+        self.between = not self._pending and not self._overflow
 
-    def _event(self, payload: bytes, at: float) -> None:
+    def event(self, payload: bytes, at: float) -> None:
+        """One `data:` field's value (stripped), whole."""
         # Byte checks; only the final event (timings) is parsed: the hop shares the CPU with llama-server.
         if payload == b"[DONE]":
             self.done = True
@@ -160,8 +163,7 @@ class RequestMetrics:
             h[names.QUEUE_WAIT].observe(max(0.0, duration - (prompt_ms + predicted_ms) / 1000))
         if r.stream and r.first_token is not None:
             h[names.TTFT].observe(r.first_token - r.started)
-            for gap in r.gaps:
-                h[names.ITL].observe(gap)
+            h[names.ITL].observe_each(r.gaps)
         elif not r.stream and predicted_ms is not None and predicted_n:
             per_token = predicted_ms / 1000 / predicted_n
             h[names.TTFT].observe(max(0.0, duration - predicted_ms / 1000) + per_token)

@@ -19,11 +19,12 @@ from typing import Any
 import h11
 
 from gguf_serve.container.hop.answer import AnswerReader
-from gguf_serve.container.hop.chunked import ChunkedDecoder
+from gguf_serve.container.hop.chunked import HEX_DIGITS, ChunkedDecoder
 from gguf_serve.container.hop.client import HOP_BY_HOP, ClientConnection, ClientGone, Hop, fields
 from gguf_serve.container.hop.metrics import RequestRecord, SseTokenScanner
 from gguf_serve.container.hop.upstream import UpstreamConnection
 
+_monotonic = time.monotonic
 MAX_KEPT_BODY = 8 * 1024 * 1024  # a non-streamed answer is read for its timings up to this size
 MAX_METRICS_BODY = 16 * 1024 * 1024
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -121,6 +122,12 @@ class Answer:
         """An SSE answer, chunked both ways, relayed by StreamRelay from the read callback; this task only waits for
         its end, or for the client to take its bytes when it falls behind. The hop's cost per token."""
         relay = StreamRelay(self, upstream, scanner)
+        transport = self.conn.transport
+        low, high = transport.get_write_buffer_limits()
+        # uvloop writes at once only what takes the buffer over its high-water mark and queues the rest for the end
+        # of the loop's turn (2,000 more instructions per token): with no mark, each token goes out from the read
+        # callback, as asyncio's own transport sends it. The relay keeps the client's real mark (relay.high).
+        transport.set_write_buffer_limits(high=0)
         try:
             upstream.relay(relay, buffered)
             while True:
@@ -136,8 +143,9 @@ class Answer:
                 upstream.resume_reading()
         finally:
             upstream.unrelay()
-        transport = self.conn.transport
-        if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
+        if transport.get_write_buffer_size() > high:
             await self.conn.drain()  # the last chunk counts as sent once the client took it, as every other write
         record = scanner.record
         record.answered = record.answered or scanner.done
@@ -190,22 +198,29 @@ class StreamRelay:
         self.error: BaseException | None = None
 
     def feed(self, data: bytes) -> None:
-        now = time.monotonic()
+        now = _monotonic()
         self.ex.last_byte = self.server.last_upstream_byte = now  # the silence timer reads it
         try:
-            payload = self.decoder.one_chunk(data)
-            if payload is not None:
-                frame = data  # one whole chunk: it goes to the client as it came
+            # The read llama-server's stream is made of: one token's chunk holding one whole event (`data: {...}`
+            # and the empty line), between chunks and events. Checked with calls that take one argument (no
+            # argument tuple to build and parse) and sent on as it came, framing included.
+            size, crlf, rest = data.partition(b"\r\n")
+            line, _, tail = rest.partition(b"\n")
+            if (
+                tail == b"\n\r\n"
+                and line[:5] == b"data:"
+                and self.decoder.between
+                and self.scanner.between
+                and 0 < len(size) <= 16
+                and HEX_DIGITS.issuperset(size)
+                and int(size, 16) == len(line) + 2
+            ):
+                self.scanner.event(line[5:].strip(), now)
+                frame = data
             else:
-                payload = self.decoder.feed(data)
-                if self.decoder.done:
-                    if payload:
-                        self.scanner.feed(payload, now)
-                    self._finish(payload, now)
+                frame = self._frame(data, now)
+                if frame is None:
                     return
-                frame = b"%x\r\n%b\r\n" % (len(payload), payload) if payload else b""
-            if payload:
-                self.scanner.feed(payload, now)
             client = self.client
             if client.is_closing():
                 raise ClientGone("the client connection closed")
@@ -218,6 +233,23 @@ class StreamRelay:
                 self._wake()
         except Exception as e:  # a bad chunk, the client gone: never into the transport's read callback
             self.ended(e)
+
+    def _frame(self, data: bytes, now: float) -> bytes | None:
+        """Any other read: its payload decoded, scanned and framed as one chunk (None once the answer ended)."""
+        payload = self.decoder.one_chunk(data)
+        if payload is not None:
+            frame = data  # one whole chunk: it goes to the client as it came
+        else:
+            payload = self.decoder.feed(data)
+            if self.decoder.done:
+                if payload:
+                    self.scanner.feed(payload, now)
+                self._finish(payload, now)
+                return None
+            frame = b"%x\r\n%b\r\n" % (len(payload), payload) if payload else b""
+        if payload:
+            self.scanner.feed(payload, now)
+        return frame
 
     def ended(self, error: BaseException | None) -> None:
         if self.error is None and not self.done:

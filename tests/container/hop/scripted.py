@@ -16,7 +16,8 @@ ANSWER = [sse(chat_chunk("a")), sse(chat_chunk("b")), sse({**chat_chunk(None), "
 
 class ScriptedUpstream:
     """HTTP/1.1 keep-alive like cpp-httplib. Each request takes the next step of `script`:
-    "sse" a whole streamed answer; "json" a whole Content-Length answer; "close" a whole streamed answer with
+    "sse" a whole streamed answer; "paced" the same, a chunk every 20 ms (one read each, as llama-server's tokens
+    come); "json" a whole Content-Length answer; "close" a whole streamed answer with
     `Connection: close` (the connection left open: the hop must close it); "cut" the answer's head and one chunk,
     then the close; "hang" the head and one chunk, then nothing until the hop closes the connection; "drop" the
     request read and the connection closed without a byte (a kept connection closed as the request came).
@@ -66,7 +67,9 @@ class ScriptedUpstream:
                         return
                     continue
                 conn.sendall(head)
-                for piece in ANSWER if step in ("sse", "close") else ANSWER[:1]:
+                for piece in ANSWER if step in ("sse", "close", "paced") else ANSWER[:1]:
+                    if step == "paced":
+                        time.sleep(0.02)
                     conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
                 if step == "cut":
                     return

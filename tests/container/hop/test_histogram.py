@@ -33,6 +33,20 @@ def test_histogram_refuses_unsorted_buckets_and_ignores_nan() -> None:
     assert h.snapshot()[2] == 0
 
 
+def test_observe_each_bins_as_observe_does() -> None:
+    """A streamed request's gaps go in at once (observe_each): the same buckets, sum and count as one at a time,
+    bounds inclusive, what is not finite left out."""
+    values = [0.0, 0.05, 0.1, 0.1000001, 0.5, 1, 1, 9.99, 10, 20, math.inf, math.nan, -1]
+    one, each = Histogram("x", "h", (0.1, 1, 10)), Histogram("x", "h", (0.1, 1, 10))
+    for v in values:
+        one.observe(v)
+    each.observe_each(iter(values))
+    each.observe_each([])
+    assert each.snapshot()[0] == one.snapshot()[0] == [(0.1, 4), (1, 8), (10, 10), (math.inf, 11)]
+    assert each.snapshot()[1] == pytest.approx(one.snapshot()[1])
+    assert each.snapshot()[2] == one.snapshot()[2] == 11
+
+
 @pytest.mark.parametrize(
     ("payload", "expected"),
     [

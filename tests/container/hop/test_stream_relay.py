@@ -65,8 +65,10 @@ def _requests(hop: ProxyServer, code: str) -> float:
     return next((float(x.removeprefix(line)) for x in text.splitlines() if x.startswith(line)), 0.0)
 
 
-@pytest.mark.parametrize("step", ["together", "split", "sse"])
+@pytest.mark.parametrize("step", ["together", "split", "sse", "paced"])
 def test_the_answer_arrives_whole_however_it_is_read_and_the_connection_is_kept(scripted, relay_hop, step) -> None:
+    """Timed the same however it is read: "paced" is one whole event per read (the relay's short path), the others
+    mix pieces and several events in one read."""
     scripted.script = [step, "sse"]
     for _ in range(2):
         with _ask(relay_hop) as client:
@@ -75,8 +77,23 @@ def test_the_answer_arrives_whole_however_it_is_read_and_the_connection_is_kept(
         _wait(lambda: len(relay_hop.upstream) == 1)
     assert scripted.accepts == 1
     _wait(lambda: _requests(relay_hop, "200") == 2)  # timed as a whole answer: the first token, the gaps
-    ttft = relay_hop.metrics.histograms[names.TTFT].snapshot()[2]
-    assert ttft == 2
+    histograms = relay_hop.metrics.histograms
+    assert histograms[names.TTFT].snapshot()[2] == 2
+    assert histograms[names.ITL].snapshot()[2] == 2  # two tokens ("a", "b") in each answer: one gap each
+    assert histograms[names.QUEUE_WAIT].snapshot()[2] == 2  # the timings event was read in both
+    assert histograms[names.DECODE_TPS].snapshot()[1] == 2 * 20.0
+
+
+def test_a_stream_gives_the_client_connection_its_flow_control_back(scripted, relay_hop) -> None:
+    """During a stream each token is written from the read callback (no high-water mark on the client's transport);
+    after it, the kept client connection has the marks every connection has."""
+    scripted.script = ["paced"]
+    with _ask(relay_hop) as client, socket.create_connection(("127.0.0.1", relay_hop.server_address[1])):
+        assert _read_answer(client)[1]
+        _wait(lambda: len(relay_hop._connections) == 2)
+        marks = lambda: {conn.transport.get_write_buffer_limits() for conn in relay_hop._connections}  # noqa: E731
+        _wait(lambda: len(marks()) == 1)  # the answer's task gives them back just after its last write
+    assert next(iter(marks()))[1] > 0
 
 
 def test_bytes_after_the_answer_cut_it_and_close_the_connection(scripted, relay_hop) -> None:

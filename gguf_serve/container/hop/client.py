@@ -26,6 +26,7 @@ from gguf_serve.container.hop.connections import BUSY, IDLE
 from gguf_serve.container.hop.drain import DrainState
 from gguf_serve.container.hop.limits import Admission, Limits
 from gguf_serve.container.hop.metrics import RequestMetrics
+from gguf_serve.container.hop.server_h11 import ServerH11
 from gguf_serve.container.hop.upstream import UpstreamPool
 
 log = logging.getLogger("gguf-serve-hop")
@@ -92,7 +93,7 @@ class ClientConnection:
         self.limits = server.limits
         self.channel = channel
         self.transport = channel.transport
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
+        self.h11 = ServerH11(max_incomplete_event_size=server.limits.max_header_bytes)
         self.overflow = False  # let in past a full table: answers GET /health only, then closes
         self.task: asyncio.Task[Any] | None = None
         self.peer_eof = False

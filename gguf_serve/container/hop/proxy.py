@@ -102,6 +102,10 @@ class ProxyServer:
         finally:
             self._finished.set()
 
+    def wait_started(self, timeout: float) -> bool:
+        """From another thread: True once serve_forever serves (its loop made, the listening socket on it)."""
+        return self._started.wait(timeout)
+
     def shutdown(self) -> None:
         """From another thread: stop serving and wait for serve_forever to return."""
         if not self._started.wait(10) or self._loop is None or self._stop is None:
@@ -178,7 +182,7 @@ class ProxyServer:
         """A new client connection: in the table (or refused), and a task that serves it."""
         transport = channel.transport
         sock = transport.get_extra_info("socket")
-        if sock is not None:
+        if sock is not None:  # uvloop sets it on every TCP transport; asyncio not on an accepted one (its proto is 0)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = ClientConnection(self, channel)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import time
 import typing
 from collections import deque
@@ -156,11 +155,7 @@ class UpstreamPool:
     async def connect(self) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         connecting = loop.create_connection(UpstreamConnection, self.host, self.port)
-        transport, conn = await asyncio.wait_for(connecting, self.connect_timeout_s)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _, conn = await asyncio.wait_for(connecting, self.connect_timeout_s)  # both loops set TCP_NODELAY on it
         self.opened += 1
         return conn
 

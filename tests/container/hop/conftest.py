@@ -165,6 +165,7 @@ def upstream() -> Iterator[Upstream]:
 def hop(upstream: Upstream) -> Iterator[ProxyServer]:
     server = ProxyServer(("127.0.0.1", 0), upstream.url)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    assert server.wait_started(10), "the hop did not start serving"  # a test may read its loop (test_loop.py)
     yield server
     server.shutdown()
     server.server_close()
@@ -179,6 +180,9 @@ def _hops(default_url: str) -> Iterator[Callable[..., ProxyServer]]:
         server = ProxyServer(("127.0.0.1", 0), url or default_url, **kwargs)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append(server)
+        # Serving before the test goes on: connections would wait in the backlog anyway, but a test that reads the
+        # hop's loop or tables raced its start (seen once under a parallel run: the loop not made yet).
+        assert server.wait_started(10), "the hop did not start serving"
         return server
 
     try:

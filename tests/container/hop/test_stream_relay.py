@@ -96,6 +96,20 @@ def test_a_stream_gives_the_client_connection_its_flow_control_back(scripted, re
     assert next(iter(marks()))[1] > 0
 
 
+def test_every_connection_of_the_hop_sends_without_delay(scripted, relay_hop) -> None:
+    """TCP_NODELAY on the client's and on llama-server's connection, whichever the loop (asyncio leaves it off an
+    accepted socket): without it a token's small write may wait for the last one's ACK."""
+    scripted.script = ["paced"]
+    with _ask(relay_hop) as client:
+        assert _read_answer(client)[1]
+        _wait(lambda: len(relay_hop.upstream) == 1)
+        transports = [conn.transport for conn in relay_hop._connections]
+        transports += [conn.transport for conn in relay_hop.upstream._idle]
+        assert len(transports) == 2
+        for transport in transports:
+            assert transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
 def test_bytes_after_the_answer_cut_it_and_close_the_connection(scripted, relay_hop) -> None:
     scripted.script = ["trailing", "sse"]
     with _ask(relay_hop) as client:

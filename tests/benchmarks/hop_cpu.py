@@ -1,8 +1,9 @@
 """The hop's CPU per streamed token, alone: a llama-server-shaped SSE upstream (tests/benchmarks/sse_upstream.py,
 next to no CPU) behind the real hop process, --streams concurrent streamed requests of --tokens tokens each through it.
 
-Prints the hop process's CPU time (user + system, from /proc) per streamed token and per request, measured after a
-warm-up, with the load average; with --callgrind the hop runs under valgrind's callgrind and the script prints
+Prints the hop process's CPU time (user + system, from /proc, sampled at the clock tick) and its run time as the
+scheduler counts it (schedstat, exact) per streamed token and per request, measured after a warm-up, with the load
+average; with --callgrind the hop runs under valgrind's callgrind and the script prints
 instructions per token as well (counters zeroed after the warm-up, dumped after the run): a figure that other
 processes on a shared machine cannot move. --loop picks the hop's event loop (uvloop, its default, or asyncio's own).
 --relay floor puts a byte relay in C (relay_floor.c, compiled with cc) where the hop was: what the wake-up, epoll,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -46,6 +48,16 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def run_ns(pid: int) -> int:
+    """Nanoseconds the process's threads have run so far, as the scheduler counts them (schedstat): exact, where
+    /proc/PID/stat's user and system times are sampled at the clock tick (10 ms here)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended since the listing
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
 
 
 def start(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
@@ -156,9 +168,9 @@ def main() -> int:
                 asyncio.run(load(port, min(streams, 4), 1, 16, 0))  # warm-up: imports, first connections
                 if a.callgrind:
                     subprocess.run(["callgrind_control", "-z", str(hop.pid)], check=True, capture_output=True)
-                (user0, sys0), t0 = cpu_seconds(hop.pid), time.monotonic()
+                (user0, sys0), ran0, t0 = cpu_seconds(hop.pid), run_ns(hop.pid), time.monotonic()
                 seen = asyncio.run(load(port, streams, requests, a.tokens, a.gap_ms))
-                wall, (user1, sys1) = time.monotonic() - t0, cpu_seconds(hop.pid)
+                wall, (user1, sys1), ran = time.monotonic() - t0, cpu_seconds(hop.pid), run_ns(hop.pid) - ran0
                 cpu = (user1 - user0, sys1 - sys0)
                 instructions = None
                 if a.callgrind:
@@ -172,7 +184,7 @@ def main() -> int:
             expected = streams * requests * a.tokens
             if seen != expected:
                 raise RuntimeError(f"{streams} streams: {seen} tokens arrived, {expected} sent")
-            rows.append((streams, streams * requests, seen, wall, cpu, instructions, ttft))
+            rows.append((streams, streams * requests, seen, wall, cpu, ran, instructions, ttft))
     finally:
         upstream.terminate()
         upstream.wait(10)
@@ -184,17 +196,19 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.2f} at the end"
           + (" (hop under callgrind: CPU times are valgrind's, not the hop's)" if a.callgrind else ""))  # fmt: skip
     print("| streams | requests | tokens | seconds | hop CPU s (user + system) | hop CPU us per token (user + system) "
-          "| hop CPU ms per request | instructions per token | instructions per request |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
-    for streams, requests, tokens, wall, (user, system), ins, _ in rows:
+          "| hop run time us per token (scheduler) | hop CPU ms per request | instructions per token "
+          "| instructions per request |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for streams, requests, tokens, wall, (user, system), ran, ins, _ in rows:
         cpu = user + system
         print(
             f"| {streams} | {requests} | {tokens} | {wall:.1f} | {cpu:.2f} ({user:.2f} + {system:.2f}) | "
             f"{1e6 * cpu / tokens:.0f} ({1e6 * user / tokens:.0f} + {1e6 * system / tokens:.0f}) | "
+            f"{ran / 1e3 / tokens:.1f} | "
             f"{1e3 * cpu / requests:.1f} | {f'{ins / tokens:,.0f}' if ins else '-'} "
             f"| {f'{ins / requests:,.0f}' if ins else '-'} |"
         )
-    if not a.callgrind:
+    if not a.callgrind and a.ttft_rounds:
         print(
             f"\nTTFT of 8-token streamed requests ({a.ttft_gap_ms:g} ms between tokens), direct to the upstream and "
             "through the hop, rounds alternating:"

@@ -121,12 +121,12 @@ class Answer:
     async def _stream(self, upstream: UpstreamConnection, scanner: SseTokenScanner, buffered: bytes) -> None:
         """An SSE answer, chunked both ways, relayed by StreamRelay from the read callback; this task only waits for
         its end, or for the client to take its bytes when it falls behind. The hop's cost per token."""
-        relay = StreamRelay(self, upstream, scanner)
         transport = self.conn.transport
         low, high = transport.get_write_buffer_limits()
+        relay = StreamRelay(self, upstream, scanner, high)
         # uvloop writes at once only what takes the buffer over its high-water mark and queues the rest for the end
         # of the loop's turn (2,000 more instructions per token): with no mark, each token goes out from the read
-        # callback, as asyncio's own transport sends it. The relay keeps the client's real mark (relay.high).
+        # callback, as asyncio's own transport sends it. The relay pauses llama-server at the client's real mark.
         transport.set_write_buffer_limits(high=0)
         try:
             upstream.relay(relay, buffered)
@@ -186,12 +186,12 @@ class StreamRelay:
     __slots__ = ("client", "decoder", "done", "error", "ex", "h11", "high", "record", "scanner", "server", "upstream",
                  "wake")  # fmt: skip
 
-    def __init__(self, ex: Answer, upstream: UpstreamConnection, scanner: SseTokenScanner) -> None:
+    def __init__(self, ex: Answer, upstream: UpstreamConnection, scanner: SseTokenScanner, high: int) -> None:
         self.ex, self.server, self.upstream = ex, ex.server, upstream
         self.scanner, self.record = scanner, scanner.record
         self.client = ex.conn.transport
         self.h11 = ex.conn.h11
-        self.high = self.client.get_write_buffer_limits()[1]
+        self.high = high  # the client's high-water mark: over it, reading llama-server pauses
         self.decoder = ChunkedDecoder()
         self.wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.done = False

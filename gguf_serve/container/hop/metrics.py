@@ -40,6 +40,7 @@ class RequestRecord:
     # The stream's last event ([DONE]) reached the client: a client that leaves now had the whole answer (the OpenAI
     # SDK closes its connection at [DONE], before the chunked body's end arrives).
     answered: bool = False
+    observed: bool = False  # in the histograms and the request counter: each record is counted once, by observe
 
     def token(self, at: float) -> None:
         if self.first_token is None:
@@ -147,6 +148,10 @@ class RequestMetrics:
         self.drain_cut: int | None = None  # set when the drain ends
 
     def observe(self, r: RequestRecord) -> None:
+        """Count a finished request, once: whichever way its exchange ended, a second call does nothing."""
+        if r.observed:
+            return
+        r.observed = True
         finished = r.finished if r.finished is not None else time.monotonic()
         code = "client_closed" if r.client_closed else str(r.status or 0)
         with self._lock:

@@ -140,3 +140,16 @@ def test_failed_and_abandoned_requests_are_counted_not_timed() -> None:
     assert f[names.REQUESTS].value(code="401", stream="false") == 1
     assert f[names.REQUESTS].value(code="client_closed", stream="true") == 1
     assert all(f[n].samples[-1].value == 0 for n in names.HISTOGRAMS)
+
+
+def test_a_request_is_counted_once_whichever_end_reports_it() -> None:
+    """The relay, the exchange's error paths and its last line may each report a record: the first counts it. A
+    record timed but not counted is counted by the exchange's last line (an exchange that ended with the client gone
+    after the answer's end was timed went uncounted)."""
+    metrics = RequestMetrics()
+    record = RequestRecord(started=0.0, stream=True, status=200, finished=1.0)
+    record.token(0.5)
+    for _ in range(3):
+        metrics.observe(record)
+    assert metrics.histograms[names.TTFT].snapshot()[2] == 1
+    assert 'code="200",stream="true"} 1\n' in metrics.exposition()

@@ -29,6 +29,7 @@ class Channel(asyncio.Protocol):
         self._drainer: asyncio.Future[None] | None = None  # a drain() waiting for the socket to take bytes
         self._write_paused = False
         self._read_paused = False
+        self.on_end: Callable[[], None] | None = None  # called once when the peer closes or the connection breaks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -115,10 +116,18 @@ class Channel(asyncio.Protocol):
             self._pieces, self._buffered = [rest], len(rest)
         return data
 
+    @property
+    def ended(self) -> bool:
+        """The peer closed its side, or the connection is gone (what it sent before may still be unread)."""
+        return self._eof
+
     def _ended(self, error: BaseException | None) -> None:
         if not self._eof:
             self._eof, self._error = True, error
             self._wake()
+            on_end, self.on_end = self.on_end, None
+            if on_end is not None:
+                on_end()
         elif error is not None and self._error is None:
             self._error = error  # EOF first, then a reset
 

@@ -37,7 +37,7 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 READ_SIZE = 65536
 _HEAD_END = re.compile(rb"\r?\n\r?\n")  # where h11 ends a request head (it accepts bare LF line ends too)
-_LINE_END = re.compile(rb"\r?\n")
+_LENGTH_FIELD = re.compile(rb"\ncontent-length:", re.IGNORECASE)  # at a field line's start (no space before :)
 
 
 def fields(headers: Any) -> list[tuple[bytes, bytes]]:
@@ -281,7 +281,4 @@ def _repeated_length(buffered: bytes) -> bool:
     both: a repeated length is what a smuggling attempt sends, and no legitimate client does.
     """
     end = _HEAD_END.search(buffered)
-    if end is None:
-        return False
-    fields = _LINE_END.split(buffered[: end.start()])[1:]
-    return sum(1 for f in fields if f.partition(b":")[0].lower() == b"content-length") > 1
+    return end is not None and len(_LENGTH_FIELD.findall(buffered, 0, end.start())) > 1

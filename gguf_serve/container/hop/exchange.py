@@ -122,7 +122,9 @@ class Exchange(Answer):
         if self._framed and self._early is None:
             upstream.write(b"".join(self._framed))
             self._framed.clear()
-        self._body = asyncio.create_task(self._pump_body())
+        # A body that came whole with its head (a chat request almost always does) needs no pump: the client's
+        # end is watched by a callback from its connection (`_watch_client`), not by a task reading it.
+        self._body = None if self.body_in else asyncio.create_task(self._pump_body())
         await self._relay_watched(upstream, self._body)
 
     def _send_up(self, data: bytes, body: int = 0) -> None:
@@ -143,6 +145,7 @@ class Exchange(Answer):
         await self.upstream.drain()
 
     async def _stop_body(self) -> None:
+        self.conn.channel.on_end = None
         body, self._body = self._body, None
         if body is not None:
             body.cancel()
@@ -167,13 +170,17 @@ class Exchange(Answer):
             self.server.metrics.observe(self.record)
 
     # --- stopping the relay from outside: one timer and one callback per request, not a wait per read ---------------
-    async def _relay_watched(self, upstream: UpstreamConnection, body: asyncio.Task[None]) -> None:
-        """The relay, stopped (its task cancelled at whatever it awaits) when the body pump fails (the client left,
-        a 413) or llama-server sends nothing for upstream_timeout_s; the cause is raised in place of the cancel."""
+    async def _relay_watched(self, upstream: UpstreamConnection, body: asyncio.Task[None] | None) -> None:
+        """The relay, stopped (its task cancelled at whatever it awaits) when the body pump fails or the client
+        leaves (a 413, an EOF) or llama-server sends nothing for upstream_timeout_s; the cause is raised in place of
+        the cancel."""
         loop = asyncio.get_running_loop()
         self._task, self._relaying, self.last_byte = asyncio.current_task(), True, time.monotonic()
         self._interrupt = None
-        body.add_done_callback(self._body_ended)
+        if body is None:
+            self._watch_client()
+        else:
+            body.add_done_callback(self._body_ended)
         self._silence = loop.call_later(self.server.upstream_timeout_s, self._check_silence)
         try:
             await self.relay_answer(upstream)
@@ -200,6 +207,18 @@ class Exchange(Answer):
                 # (upstream.py keeps it), or the break (a 502), or the silence.
                 return
             self._stop_relay(failed)
+
+    def _watch_client(self) -> None:
+        """With the whole body in and no pump: the client's EOF or reset stops the relay, as the pump's would. An
+        EOF already in stops it at the relay's first wait (a cancel of the running task lands at its next await)."""
+        channel = self.conn.channel
+        if channel.ended:
+            self._client_left()
+        else:
+            channel.on_end = self._client_left
+
+    def _client_left(self) -> None:
+        self._stop_relay(ClientGone("the client closed while waiting for the answer"))
 
     def _check_silence(self) -> None:
         timeout = self.server.upstream_timeout_s

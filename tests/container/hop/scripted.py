@@ -66,11 +66,16 @@ class ScriptedUpstream:
                     if not self._stream(conn, step, head):
                         return
                     continue
-                conn.sendall(head)
-                for piece in ANSWER if step in ("sse", "close", "paced") else ANSWER[:1]:
-                    if step == "paced":
-                        time.sleep(0.02)
-                    conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
+                try:
+                    conn.sendall(head)
+                    for piece in ANSWER if step in ("sse", "close", "paced") else ANSWER[:1]:
+                        if step == "paced":
+                            time.sleep(0.02)
+                        conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
+                except OSError:  # the hop closed it before the answer was out (its client had left already)
+                    if step in ("close", "hang"):
+                        self.closed_by_hop.set()
+                    return
                 if step == "cut":
                     return
                 if step != "hang":

@@ -83,6 +83,24 @@ def test_a_client_that_leaves_mid_answer_closes_the_upstream_connection(scripted
     assert scripted.accepts == 2
 
 
+def test_a_client_that_closes_right_after_its_request_closes_the_upstream_connection(scripted, pooled_hop) -> None:
+    """The request and the client's FIN in one go: the hop has the EOF before the relay starts watching for it
+    (the relay's first wait is where it stops), and llama-server's connection is closed, not kept."""
+    scripted.script = ["hang", "sse"]
+    client = socket.create_connection(("127.0.0.1", pooled_hop.server_address[1]), timeout=10)
+    body = json.dumps({"stream": True, "messages": []}).encode()
+    client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %b\r\n"
+                   b"Content-Length: %d\r\n\r\n%b" % (KEY.encode(), len(body), body))  # fmt: skip
+    client.shutdown(socket.SHUT_WR)
+    try:
+        assert scripted.closed_by_hop.wait(5)
+    finally:
+        client.close()
+    _pooled(pooled_hop, 0)
+    assert _chat(pooled_hop)[0] == 200
+    assert scripted.accepts == 2
+
+
 def test_connection_close_from_upstream_is_honoured(scripted, pooled_hop) -> None:
     scripted.script = ["close", "sse"]
     status, body = _chat(pooled_hop)

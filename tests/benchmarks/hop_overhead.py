@@ -6,10 +6,13 @@ launcher, and the hop in its own process, as the instance and the workstation ru
 that many streamed requests alternate between the two paths (direct, hop, hop, direct, ...) so that load from other
 processes hits both alike. Prints client-side TTFT p50 and p99 per path and their difference (in ms and in % of
 direct), beside the same difference with no hop in it (the direct path's rounds that went first in their pair
-against those that went second: how far apart two runs of one path fall here), and the hop process's CPU time (user +
-system, /proc) per streamed token and per request during its rounds.
+against those that went second: how far apart two runs of one path fall here), and the hop process's run time as the
+scheduler counts it (/proc/PID/task/*/schedstat, exact) per streamed token and per request during its rounds.
+--relay floor puts hop_cpu.py's C byte relay where the hop was: what a relay that parses nothing costs per token
+beside the real llama-server, whose compute leaves a relay's caches cold between tokens.
 
     .venv/bin/python tests/benchmarks/hop_overhead.py --streams 1 8 64 --max-tokens 64
+    .venv/bin/python tests/benchmarks/hop_overhead.py --relay floor --streams 1 8 --max-tokens 64
 
 tests/benchmarks/hop_cpu.py measures the hop's CPU alone (a synthetic upstream, optionally instructions under
 callgrind). Not a test: it prints numbers (docs/cold-start.md and docs/observability.md quote them).
@@ -22,6 +25,7 @@ import asyncio
 import dataclasses
 import os
 import platform
+import re
 import secrets
 import subprocess
 import sys
@@ -33,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 
 from hop_chaos import Stream, pct, stream_chat  # noqa: E402
+from hop_cpu import floor_relay, run_ns  # noqa: E402
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
 from gguf_serve.catalog.local import local_profile  # noqa: E402
@@ -47,10 +52,15 @@ def start_hop(upstream: str, port: int, slots: int) -> subprocess.Popen:
     return subprocess.Popen([*cmd, "--slots", str(slots), "--gpu-metrics", "off"], env=env, stderr=subprocess.DEVNULL)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def start_floor(upstream: str, work: Path) -> tuple[subprocess.Popen, int]:
+    """The C byte relay in front of `upstream`, and the port it listens on."""
+    relay = subprocess.Popen([*floor_relay(work), upstream.rsplit(":", 1)[1]], stdout=subprocess.PIPE, text=True)
+    assert relay.stdout is not None
+    line = relay.stdout.readline()
+    if not (m := re.search(r"listening on (?:\S+:)?(\d+)", line)):
+        relay.kill()
+        raise RuntimeError(f"the C relay did not start: {line!r}")
+    return relay, int(m[1])
 
 
 async def round_of(port: int, key: str, streams: int, first: int, max_tokens: int) -> list[Stream]:
@@ -65,6 +75,7 @@ def main() -> int:
     )
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--parallel", type=int, default=4, help="llama-server slots (default %(default)s)")
+    ap.add_argument("--relay", choices=("hop", "floor"), default="hop", help="the hop, or a C byte relay (the floor)")
     a = ap.parse_args()
 
     key = secrets.token_urlsafe(16)
@@ -75,8 +86,11 @@ def main() -> int:
     table = []
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
-        hop_port = free_port()
-        hop = start_hop(server.url, hop_port, a.parallel)
+        if a.relay == "floor":
+            hop, hop_port = start_floor(server.url, Path(tmp))
+        else:
+            hop_port = free_port()
+            hop = start_hop(server.url, hop_port, a.parallel)
         ports = {"direct": int(server.url.rsplit(":", 1)[1]), "hop": hop_port}
         try:
             server.wait_healthy(timeout=120)
@@ -85,23 +99,23 @@ def main() -> int:
             for streams in a.streams:
                 rounds = max(2, a.requests // streams)
                 seen: dict[str, list[Stream]] = {"direct": [], "hop": [], "direct-even": [], "direct-odd": []}
-                hop_cpu = 0.0
+                hop_ns = 0
                 for i in range(rounds):
                     for path in ("direct", "hop") if i % 2 == 0 else ("hop", "direct"):
-                        before = cpu_seconds(hop.pid)
+                        before = run_ns(hop.pid)
                         # Prompts never repeat across paths: with the same prompt in both of a round's halves, the
                         # second found it whole in llama-server's prompt cache (-30% to -50% TTFT at one stream).
                         first = (i * streams) * 2 + (streams if path == "hop" else 0)
                         got = asyncio.run(round_of(ports[path], key, streams, first, a.max_tokens))
                         seen[path] += got
                         if path == "hop":
-                            hop_cpu += cpu_seconds(hop.pid) - before
+                            hop_ns += run_ns(hop.pid) - before
                         else:
                             seen["direct-odd" if i % 2 else "direct-even"] += got
                 bad = [s.error for r in seen.values() for s in r if not s.ok]
                 if bad:
                     raise RuntimeError(f"{len(bad)} streams failed at {streams} streams: {bad[:3]}")
-                table.append((streams, rounds * streams, seen, hop_cpu))
+                table.append((streams, rounds * streams, seen, hop_ns / 1e9))
                 print(f"{streams} streams done", flush=True)
         finally:
             hop.terminate()
@@ -111,12 +125,13 @@ def main() -> int:
     print(f"\nGemma 3 270M Q4_K_M on llama-server ({a.parallel} slots), max_tokens {a.max_tokens}; "
           f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}; "
           f"load average {load_before[0]:.2f} before, "
-          f"{load_after[0]:.2f} after (1-minute), {load_after[2]:.2f} (15-minute)")  # fmt: skip
+          f"{load_after[0]:.2f} after (1-minute), {load_after[2]:.2f} (15-minute)"
+          + ("; the C byte relay (the floor) in place of the hop" if a.relay == "floor" else ""))  # fmt: skip
     print("| streams | requests per path | TTFT p50 direct / hop ms | hop - direct p50 | TTFT p99 direct / hop ms "
-          "| hop - direct p99 | direct - direct p50 / p99 (the noise) | hop CPU per token (us) "
-          "| hop CPU per request (ms) |")  # fmt: skip
+          "| hop - direct p99 | direct - direct p50 / p99 (the noise) | hop run time per token (us) "
+          "| hop run time per request (ms) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
-    for streams, requests, seen, hop_cpu in table:
+    for streams, requests, seen, hop_run in table:
         d, h, even, odd = ([s.ttft_s * 1000 for s in seen[k] if s.ttft_s is not None]
                            for k in ("direct", "hop", "direct-even", "direct-odd"))  # fmt: skip
         d50, h50, d99, h99 = pct(d, 0.5), pct(h, 0.5), pct(d, 0.99), pct(h, 0.99)
@@ -128,7 +143,7 @@ def main() -> int:
               f"| {h50 - d50:+.1f} ms ({100 * (h50 - d50) / d50:+.1f}%) "
               f"| {d99:.1f} / {h99:.1f} | {h99 - d99:+.1f} ms ({100 * (h99 - d99) / d99:+.1f}%) "
               f"| {100 * a50 / d50:+.1f}% / {100 * a99 / d99:+.1f}% "
-              f"| {1e6 * hop_cpu / tokens:.0f} | {1e3 * hop_cpu / requests:.1f} |")  # fmt: skip
+              f"| {1e6 * hop_run / tokens:.0f} | {1e3 * hop_run / requests:.1f} |")  # fmt: skip
     return 0
 
 

@@ -25,7 +25,6 @@ import asyncio
 import dataclasses
 import os
 import platform
-import re
 import secrets
 import subprocess
 import sys
@@ -37,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 
 from hop_chaos import Stream, pct, stream_chat  # noqa: E402
-from hop_cpu import floor_relay, run_ns  # noqa: E402
+from hop_cpu import floor_relay, run_ns, start  # noqa: E402
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
 from gguf_serve.catalog.local import local_profile  # noqa: E402
@@ -50,17 +49,6 @@ def start_hop(upstream: str, port: int, slots: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}", "--upstream", upstream]
     return subprocess.Popen([*cmd, "--slots", str(slots), "--gpu-metrics", "off"], env=env, stderr=subprocess.DEVNULL)
-
-
-def start_floor(upstream: str, work: Path) -> tuple[subprocess.Popen, int]:
-    """The C byte relay in front of `upstream`, and the port it listens on."""
-    relay = subprocess.Popen([*floor_relay(work), upstream.rsplit(":", 1)[1]], stdout=subprocess.PIPE, text=True)
-    assert relay.stdout is not None
-    line = relay.stdout.readline()
-    if not (m := re.search(r"listening on (?:\S+:)?(\d+)", line)):
-        relay.kill()
-        raise RuntimeError(f"the C relay did not start: {line!r}")
-    return relay, int(m[1])
 
 
 async def round_of(port: int, key: str, streams: int, first: int, max_tokens: int) -> list[Stream]:
@@ -86,13 +74,15 @@ def main() -> int:
     table = []
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
-        if a.relay == "floor":
-            hop, hop_port = start_floor(server.url, Path(tmp))
-        else:
-            hop_port = free_port()
-            hop = start_hop(server.url, hop_port, a.parallel)
-        ports = {"direct": int(server.url.rsplit(":", 1)[1]), "hop": hop_port}
+        direct_port = int(server.url.rsplit(":", 1)[1])
+        hop: subprocess.Popen | None = None
         try:
+            if a.relay == "floor":  # hop_cpu.start reads the port the relay prints once bound
+                hop, hop_port = start([*floor_relay(Path(tmp)), str(direct_port)])
+            else:
+                hop_port = free_port()
+                hop = start_hop(server.url, hop_port, a.parallel)
+            ports = {"direct": direct_port, "hop": hop_port}
             server.wait_healthy(timeout=120)
             for path in ports:  # warm both paths (the server's first-request costs, the hop's imports)
                 asyncio.run(round_of(ports[path], key, 2, -2, 8))
@@ -118,8 +108,9 @@ def main() -> int:
                 table.append((streams, rounds * streams, seen, hop_ns / 1e9))
                 print(f"{streams} streams done", flush=True)
         finally:
-            hop.terminate()
-            hop.wait(10)
+            if hop is not None:
+                hop.terminate()
+                hop.wait(10)
             server.stop()
     load_after = os.getloadavg()
     print(f"\nGemma 3 270M Q4_K_M on llama-server ({a.parallel} slots), max_tokens {a.max_tokens}; "

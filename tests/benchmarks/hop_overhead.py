@@ -6,13 +6,17 @@ launcher, and the hop in its own process, as the instance and the workstation ru
 that many streamed requests alternate between the two paths (direct, hop, hop, direct, ...) so that load from other
 processes hits both alike. Prints client-side TTFT p50 and p99 per path and their difference (in ms and in % of
 direct), beside the same difference with no hop in it (the direct path's rounds that went first in their pair
-against those that went second: how far apart two runs of one path fall here), and the hop process's run time as the
-scheduler counts it (/proc/PID/task/*/schedstat, exact) per streamed token and per request during its rounds.
+against those that went second: how far apart two runs of one path fall here), the mean time between a stream's
+tokens on each path (whether the hop's CPU, taken from llama-server's cores, slows its decode), and the hop process's
+run time as the scheduler counts it (/proc/PID/task/*/schedstat, exact) per streamed token and per request during
+its rounds. --threads sets llama-server's threads (default: one per physical core, as every profile runs it);
+--threads 1 on two cores leaves the hop a core of its own.
 --relay floor puts hop_cpu.py's C byte relay where the hop was: what a relay that parses nothing costs per token
 beside the real llama-server, whose compute leaves a relay's caches cold between tokens.
 
     .venv/bin/python tests/benchmarks/hop_overhead.py --streams 1 8 64 --max-tokens 64
     .venv/bin/python tests/benchmarks/hop_overhead.py --relay floor --streams 1 8 --max-tokens 64
+    .venv/bin/python tests/benchmarks/hop_overhead.py --threads 1 --streams 1 8 --max-tokens 64
 
 tests/benchmarks/hop_cpu.py measures the hop's CPU alone (a synthetic upstream, optionally instructions under
 callgrind). Not a test: it prints numbers (docs/cold-start.md and docs/observability.md quote them).
@@ -64,12 +68,14 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--parallel", type=int, default=4, help="llama-server slots (default %(default)s)")
     ap.add_argument("--relay", choices=("hop", "floor"), default="hop", help="the hop, or a C byte relay (the floor)")
+    ap.add_argument("--threads", type=int, help="llama-server threads (default: the profile's, one per physical core)")
     a = ap.parse_args()
 
     key = secrets.token_urlsafe(16)
     model = source_gguf(cache_root())
     profile = local_profile(load_catalog(), port=free_port())
-    profile = dataclasses.replace(profile, server=dataclasses.replace(profile.server, parallel=a.parallel))
+    server_flags = dataclasses.replace(profile.server, parallel=a.parallel, threads=a.threads or profile.server.threads)
+    profile = dataclasses.replace(profile, server=server_flags)
     load_before = os.getloadavg()
     table = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,15 +119,17 @@ def main() -> int:
                 hop.wait(10)
             server.stop()
     load_after = os.getloadavg()
-    print(f"\nGemma 3 270M Q4_K_M on llama-server ({a.parallel} slots), max_tokens {a.max_tokens}; "
+    print(f"\nGemma 3 270M Q4_K_M on llama-server ({a.parallel} slots, {profile.threads} threads), "
+          f"max_tokens {a.max_tokens}; "
           f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}; "
           f"load average {load_before[0]:.2f} before, "
           f"{load_after[0]:.2f} after (1-minute), {load_after[2]:.2f} (15-minute)"
           + ("; the C byte relay (the floor) in place of the hop" if a.relay == "floor" else ""))  # fmt: skip
     print("| streams | requests per path | TTFT p50 direct / hop ms | hop - direct p50 | TTFT p99 direct / hop ms "
-          "| hop - direct p99 | direct - direct p50 / p99 (the noise) | hop run time per token (us) "
+          "| hop - direct p99 | direct - direct p50 / p99 (the noise) | between tokens direct / hop ms "
+          "| hop - direct between tokens (noise) | hop run time per token (us) "
           "| hop run time per request (ms) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for streams, requests, seen, hop_run in table:
         d, h, even, odd = ([s.ttft_s * 1000 for s in seen[k] if s.ttft_s is not None]
                            for k in ("direct", "hop", "direct-even", "direct-odd"))  # fmt: skip
@@ -129,13 +137,22 @@ def main() -> int:
         # The same comparison with no hop in it: the direct path's rounds that went first in their pair against
         # those that went second. A hop - direct figure inside this one is not told apart from chance here.
         a50, a99 = pct(odd, 0.5) - pct(even, 0.5), pct(odd, 0.99) - pct(even, 0.99)
+        # Mean time between a stream's tokens (all gaps of a path over their count): the decode rate the client
+        # sees, which slows if the hop's wake-ups take a core from llama-server's compute threads.
+        g, gh, ge, go = (mean_gap_ms(seen[k]) for k in ("direct", "hop", "direct-even", "direct-odd"))
         tokens = sum(s.tokens for s in seen["hop"])
         print(f"| {streams} | {requests} | {d50:.1f} / {h50:.1f} "
               f"| {h50 - d50:+.1f} ms ({100 * (h50 - d50) / d50:+.1f}%) "
               f"| {d99:.1f} / {h99:.1f} | {h99 - d99:+.1f} ms ({100 * (h99 - d99) / d99:+.1f}%) "
               f"| {100 * a50 / d50:+.1f}% / {100 * a99 / d99:+.1f}% "
+              f"| {g:.2f} / {gh:.2f} | {100 * (gh - g) / g:+.1f}% ({100 * (go - ge) / ge:+.1f}%) "
               f"| {1e6 * hop_run / tokens:.0f} | {1e3 * hop_run / requests:.1f} |")  # fmt: skip
     return 0
+
+
+def mean_gap_ms(streams: list[Stream]) -> float:
+    gaps = [gap for s in streams for gap in s.gaps_s]
+    return 1000 * sum(gaps) / len(gaps) if gaps else float("nan")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,13 @@ def instance() -> Iterator[tuple[Instance, Imds]]:
     imds.close()
 
 
+# A stream that is still running when the drain starts and for several heartbeats after, on any host: 64 tokens
+# took 0.7 s on a host where Gemma 3 270M decodes 87 tok/s, shorter than one 1 s heartbeat after the drain began
+# (a heartbeat test failed there); 256 tokens last 3 s there and 13 s at 20 tok/s.
+LONG_STREAM_TOKENS = 256
+HEARTBEAT_S = 0.25
+
+
 @pytest.fixture(name="drain_hop")
 def drain_hop_fixture(make_hop, local_server, aws: AwsStandIn, instance):  # noqa: ANN201
     """drain_hop(**DrainSettings): the package's make_hop in front of the real llama-server, with a drain watch on
@@ -188,7 +195,7 @@ def test_a_stream_started_before_a_spot_notice_completes_and_new_requests_get_50
     hop = drain_hop()
     assert _request(hop, "GET", "/health", key)[0] == 200
     assert _hop_metrics(hop, key)[hop_names.DRAINING] == 0 and hop_names.DRAIN_STREAMS_CUT not in _hop_metrics(hop, key)
-    stream = _stream(hop, key, max_tokens=64)
+    stream = _stream(hop, key, max_tokens=LONG_STREAM_TOKENS)
     assert stream.first.wait(60) and stream.status == 200
     notice_at = time.time()
     inst.notices[SPOT_ACTION] = json.dumps({"action": "terminate", "time": _iso(notice_at + 120)})
@@ -250,8 +257,8 @@ def test_scale_in_waits_for_a_busy_slot_with_heartbeats_then_continues(drain_hop
     inst, _ = instance
     key = local_server[1]
     inst.notices[TARGET_STATE] = "InService"
-    hop = drain_hop(heartbeat_s=1.0, deadline_s=300)
-    stream = _stream(hop, key, max_tokens=64)
+    hop = drain_hop(heartbeat_s=HEARTBEAT_S, deadline_s=300)
+    stream = _stream(hop, key, max_tokens=LONG_STREAM_TOKENS)
     assert stream.first.wait(60)
     _until(lambda: hop.drainer.seen_in_service, 5, "the hop to read InService")
     inst.notices[TARGET_STATE] = "Terminated"  # the group chose this instance for scale-in
@@ -266,6 +273,7 @@ def test_scale_in_waits_for_a_busy_slot_with_heartbeats_then_continues(drain_hop
     print(f"\nscale-in: {len(beats)} heartbeats over {took:.1f} s of a busy slot, then CONTINUE; "
           f"{hop.drain.finished} completed, {hop.drain.cut} cut")  # fmt: skip
     assert done.params["LifecycleActionResult"] == "CONTINUE" and done.params["AutoScalingGroupName"] == GROUP
+    assert took > 2 * HEARTBEAT_S, "the stream ended within two heartbeats of the drain's start: make it longer"
     assert beats and all(b.at <= done.at for b in beats)
     assert done.at >= stream.ended_at - 0.5  # not before the stream's end (the recorder's clock is the same)
     assert (hop.drain.finished, hop.drain.cut) == (1, 0)

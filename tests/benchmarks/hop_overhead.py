@@ -10,13 +10,18 @@ against those that went second: how far apart two runs of one path fall here), t
 tokens on each path (whether the hop's CPU, taken from llama-server's cores, slows its decode), and the hop process's
 run time as the scheduler counts it (/proc/PID/task/*/schedstat, exact) per streamed token and per request during
 its rounds. --threads sets llama-server's threads (default: one per physical core, as every profile runs it);
---threads 1 on two cores leaves the hop a core of its own.
+--threads 1 on two cores leaves the hop a core of its own. --pin goes further and gives llama-server cores of its own,
+as a host with cores to spare would: llama-server (and its threads, one per core it gets) on every CPU but the last,
+the hop and this client on the last (sched_setaffinity, which children inherit), so that the hop's wake-ups neither
+take a compute thread's core nor find their own core's caches emptied by the model's weights. --samples FILE writes
+every request's TTFT and gaps per path (JSON), to see whether a p99 is one path's or the host's.
 --relay floor puts hop_cpu.py's C byte relay where the hop was: what a relay that parses nothing costs per token
 beside the real llama-server, whose compute leaves a relay's caches cold between tokens.
 
     .venv/bin/python tests/benchmarks/hop_overhead.py --streams 1 8 64 --max-tokens 64
     .venv/bin/python tests/benchmarks/hop_overhead.py --relay floor --streams 1 8 --max-tokens 64
     .venv/bin/python tests/benchmarks/hop_overhead.py --threads 1 --streams 1 8 --max-tokens 64
+    .venv/bin/python tests/benchmarks/hop_overhead.py --pin --streams 1 8 64 --requests 32 --max-tokens 64
 
 tests/benchmarks/hop_cpu.py measures the hop's CPU alone (a synthetic upstream, optionally instructions under
 callgrind). Not a test: it prints numbers (docs/cold-start.md and docs/observability.md quote them).
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import platform
 import secrets
@@ -69,17 +75,26 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=4, help="llama-server slots (default %(default)s)")
     ap.add_argument("--relay", choices=("hop", "floor"), default="hop", help="the hop, or a C byte relay (the floor)")
     ap.add_argument("--threads", type=int, help="llama-server threads (default: the profile's, one per physical core)")
+    ap.add_argument("--pin", action="store_true", help="llama-server on all CPUs but the last; the hop, client on it")
+    ap.add_argument("--samples", type=Path, help="write each request's TTFT and gaps per path to this JSON file")
     a = ap.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    if a.pin and len(cpus) < 2:
+        ap.error(f"--pin needs at least 2 CPUs; this process may run on {len(cpus)}")
+    server_cpus, hop_cpus = (set(cpus[:-1]), {cpus[-1]}) if a.pin else (set(cpus), set(cpus))
 
     key = secrets.token_urlsafe(16)
     model = source_gguf(cache_root())
     profile = local_profile(load_catalog(), port=free_port())
-    server_flags = dataclasses.replace(profile.server, parallel=a.parallel, threads=a.threads or profile.server.threads)
+    threads = a.threads or (len(server_cpus) if a.pin else profile.server.threads)
+    server_flags = dataclasses.replace(profile.server, parallel=a.parallel, threads=threads)
     profile = dataclasses.replace(profile, server=server_flags)
     load_before = os.getloadavg()
     table = []
     with tempfile.TemporaryDirectory() as tmp:
+        os.sched_setaffinity(0, server_cpus)  # llama-server inherits it, then the hop and this client the other
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
+        os.sched_setaffinity(0, hop_cpus)
         direct_port = int(server.url.rsplit(":", 1)[1])
         hop: subprocess.Popen | None = None
         try:
@@ -119,12 +134,20 @@ def main() -> int:
                 hop.wait(10)
             server.stop()
     load_after = os.getloadavg()
+    if a.samples:
+        a.samples.write_text(json.dumps({
+            str(streams): {path: [{"ttft_s": s.ttft_s, "gaps_s": s.gaps_s} for s in seen[path]]
+                           for path in ("direct", "hop")}
+            for streams, _, seen, _ in table
+        }))  # fmt: skip
     print(f"\nGemma 3 270M Q4_K_M on llama-server ({a.parallel} slots, {profile.threads} threads), "
           f"max_tokens {a.max_tokens}; "
           f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}; "
           f"load average {load_before[0]:.2f} before, "
           f"{load_after[0]:.2f} after (1-minute), {load_after[2]:.2f} (15-minute)"
-          + ("; the C byte relay (the floor) in place of the hop" if a.relay == "floor" else ""))  # fmt: skip
+          + ("; the C byte relay (the floor) in place of the hop" if a.relay == "floor" else "")
+          + (f"; llama-server on CPUs {sorted(server_cpus)}, the relay and client on {sorted(hop_cpus)}"
+             if a.pin else ""))  # fmt: skip
     print("| streams | requests per path | TTFT p50 direct / hop ms | hop - direct p50 | TTFT p99 direct / hop ms "
           "| hop - direct p99 | direct - direct p50 / p99 (the noise) | between tokens direct / hop ms "
           "| hop - direct between tokens (noise) | hop run time per token (us) "

@@ -13,10 +13,11 @@ its rounds. --threads sets llama-server's threads (default: one per physical cor
 --threads 1 on two cores leaves the hop a core of its own. --pin goes further and gives llama-server cores of its own,
 as a host with cores to spare would: llama-server (and its threads, one per core it gets) on every CPU but the last,
 the hop and this client on the last (sched_setaffinity, which children inherit), so that the hop's wake-ups neither
-take a compute thread's core nor find their own core's caches emptied by the model's weights. --samples FILE writes
-every request's TTFT and gaps per path (JSON), to see whether a p99 is one path's or the host's.
+take a compute thread's core nor share a core with the model's weights (CPUs as the kernel numbers them: on a host
+with SMT the last may be a sibling of one of llama-server's, and --threads counts CPUs, not physical cores, there).
+--samples FILE writes every request's TTFT and gaps per path (JSON), to see whether a p99 is one path's or the host's.
 --relay floor puts hop_cpu.py's C byte relay where the hop was: what a relay that parses nothing costs per token
-beside the real llama-server, whose compute leaves a relay's caches cold between tokens.
+beside the real llama-server, which wakes a relay once per token after an idle gap.
 
     .venv/bin/python tests/benchmarks/hop_overhead.py --streams 1 8 64 --max-tokens 64
     .venv/bin/python tests/benchmarks/hop_overhead.py --relay floor --streams 1 8 --max-tokens 64

@@ -75,8 +75,8 @@ _BUILD_SPEC = {
 class ImageBuild(Construct):
     """An ECR repository, a CodeBuild project and three custom resources that build the image during deploy.
 
-    Exposes `repository`, `image_tag`, `base_tag`, `image_uri`, `registry` and `build` (the app layer's custom
-    resource: what the fleet waits for), and its S3 assets `context_asset` and `sources_asset`.
+    Exposes `target`, `repository`, `image_tag`, `base_tag`, `image_uri`, `registry` and `build` (the app layer's
+    custom resource: what the fleet waits for), and its S3 assets `context_asset` and `sources_asset`.
     """
 
     def __init__(
@@ -104,6 +104,7 @@ class ImageBuild(Construct):
         mirrors = check_debian_mirrors(debian_mirrors)
         args = check_build_args(target, build_args or {})
         super().__init__(scope, construct_id)
+        self.target = target
         self.repository = ecr.Repository(
             self,
             "Repository",

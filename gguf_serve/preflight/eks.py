@@ -21,14 +21,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from gguf_serve.preflight.checks import Clients, Result, Status, instance_offerings, vcpu_quotas
 from gguf_serve.preflight.plan import STANDARD_ON_DEMAND, DeployPlan, StackPlan, quota_code
 from stacks.app import MODEL_LOCK_CONTEXT, cli_context, stack_profiles
-from stacks.eks.cluster import KUBERNETES_MINOR, SYSTEM_INSTANCE_TYPE, SYSTEM_NODES
+from stacks.eks.cluster import KUBERNETES_MINOR, SYSTEM_NODE_TYPES, SYSTEM_NODES, SYSTEM_VCPUS, control_target
 from stacks.eks.stack import STACK_NAME
 from stacks.eks.workload import ServingWorkload
 from stacks.options import DEPLOY_CONFIG, DeployOptionError, load_options
 from stacks.plan import ServicePlan, plan_eks
 
 BOTTLEROCKET = "/aws/service/bottlerocket/aws-k8s-{version}{variant}/{arch}/latest/image_id"
-SYSTEM_VCPUS = 2  # c6g.large
 # Service-linked roles EKS creates on first use (Amazon EKS User Guide, "Using service-linked roles for Amazon EKS")
 SERVICE_LINKED = {
     "AWSServiceRoleForAmazonEKS": "eks.amazonaws.com",
@@ -77,8 +76,10 @@ def eks_plan(services: tuple[ServicePlan, ...], region: str, zones: list[str]) -
             _nodes(f"{STACK_NAME}/{p.name}", hw.instance_type, zones, vcpus, quota_code(hw.has_gpu, service.spot))
         )
     system = {phase: SYSTEM_NODES * SYSTEM_VCPUS for phase in ("create", "update", "scale_out")}
-    plans.append(_nodes(f"{STACK_NAME}/system", SYSTEM_INSTANCE_TYPE, zones, system, STANDARD_ON_DEMAND))
-    amis.append(("system", BOTTLEROCKET.format(version=KUBERNETES_MINOR, variant="", arch="aarch64")))
+    control = control_target([s.image for s in services]).architecture
+    plans.append(_nodes(f"{STACK_NAME}/system", SYSTEM_NODE_TYPES[control], zones, system, STANDARD_ON_DEMAND))
+    arch = "aarch64" if control.value == "arm64" else "x86_64"
+    amis.append(("system", BOTTLEROCKET.format(version=KUBERNETES_MINOR, variant="", arch=arch)))
     return EksPlan(region, KUBERNETES_MINOR, tuple(amis), DeployPlan(region=region, stacks=tuple(plans)))
 
 

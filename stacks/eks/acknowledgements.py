@@ -13,18 +13,15 @@ _MANAGED = "Policy::arn:<AWS::Partition>:iam::aws:policy/"
 
 
 def acknowledge_cluster(cluster: eks.Cluster) -> None:
-    """What aws_eks_v2 itself creates: the cluster's and the node groups' AWS-required roles, the kubectl handler."""
+    """What aws_eks_v2 itself creates: the cluster's AWS-required role, the kubectl handler."""
     acknowledge(
         cluster,
         "AwsSolutions-IAM4",
-        "The policies EKS requires: AmazonEKSClusterPolicy on the cluster role; AmazonEKSWorkerNodePolicy, "
-        "AmazonEKS_CNI_Policy and AmazonEC2ContainerRegistryReadOnly on node roles (Amazon EKS User Guide, 'Amazon EKS "
-        "cluster IAM role' and 'Amazon EKS node IAM role', docs.amazonaws.cn); CDK's kubectl handler runs in the VPC "
-        "(Lambda basic and VPC access) and reads its layer's image registries.",
+        "The policy EKS requires on the cluster role, AmazonEKSClusterPolicy (Amazon EKS User Guide, 'Amazon EKS "
+        "cluster IAM role', docs.amazonaws.cn; the node roles acknowledge their own: stacks/eks/node_role.py); CDK's "
+        "kubectl handler runs in the VPC (Lambda basic and VPC access) and reads image registries (ECR read-only).",
         findings=[
             f"{_MANAGED}AmazonEKSClusterPolicy",
-            f"{_MANAGED}AmazonEKSWorkerNodePolicy",
-            f"{_MANAGED}AmazonEKS_CNI_Policy",
             f"{_MANAGED}AmazonEC2ContainerRegistryReadOnly",
             f"{_MANAGED}service-role/AWSLambdaBasicExecutionRole",
             f"{_MANAGED}service-role/AWSLambdaVPCAccessExecutionRole",
@@ -42,18 +39,6 @@ def acknowledge_cluster(cluster: eks.Cluster) -> None:
         "The provider framework invokes any version of its own kubectl handler.",
         findings=[f"Resource::{arn_of(fn)}:*" for fn in handlers if "framework" not in fn.node.path],
     )
-
-
-def acknowledge_node_role(scope: Construct) -> None:
-    acknowledge(
-        scope,
-        "AwsSolutions-IAM4",
-        "The node role's policies EKS requires (Amazon EKS User Guide, 'Amazon EKS node IAM role', docs.amazonaws.cn).",
-        findings=[f"{_MANAGED}{name}" for name in _NODE_POLICIES],
-    )
-
-
-_NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
 
 
 def acknowledge_pod_roles(scope: Construct, *, cache_objects: str, groups: str) -> None:

@@ -19,18 +19,56 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
-from aws_cdk.lambda_layer_kubectl_v33 import KubectlV33Layer
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
+from gguf_serve.catalog.hardware import Architecture
+from gguf_serve.catalog.images import ImageTarget
+from stacks.eks.node_role import node_role
 from stacks.eks.workload import NAMESPACE
 from stacks.errors import PropsError
 
-# The kubectl layer's minor version (the PyPI package aws-cdk.lambda-layer-kubectl-v33 ships kubectl 1.33) is the
-# cluster's: kubectl supports one minor version of skew either way (Kubernetes version skew policy).
-KUBERNETES_VERSION = eks.KubernetesVersion.V1_33
-KUBERNETES_MINOR = "1.33"
-SYSTEM_INSTANCE_TYPE = "c6g.large"  # CoreDNS and the scalers: two small Graviton nodes
+# Kubernetes 1.35: in EKS standard support from its EKS release on 2026-01-28 to 2027-03-27, extended support to
+# 2028-03-27 (EKS Kubernetes release calendar, "Understand the Kubernetes version lifecycle on EKS", Amazon EKS User
+# Guide; 1.33 left standard support on 2026-07-29, 1.34 on 2026-12-02). A cluster on a version past standard support
+# runs on extended support, on by default, at a higher hourly fee (the China guide, docs.amazonaws.cn/en_us/eks/
+# latest/userguide/kubernetes-versions.html): the pre-flight warns when the account reports that
+# (gguf_serve/preflight/eks.py). The kubectl layer's minor version (the PyPI package aws-cdk.lambda-layer-kubectl-v35
+# ships kubectl 1.35) is the cluster's: kubectl supports one minor version of skew either way (Kubernetes version
+# skew policy).
+KUBERNETES_VERSION = eks.KubernetesVersion.V1_35
+KUBERNETES_MINOR = "1.35"
+STANDARD_SUPPORT_ENDS = "2027-03-27"
 SYSTEM_NODES = 2
+SYSTEM_LABEL = {"gguf-serve/role": "system"}
+ARCH_LABEL = "kubernetes.io/arch"  # the kubelet's own label: arm64 | amd64 (Kubernetes "Well-Known Labels")
+# The system nodes (CoreDNS and the scalers) run the architecture of an image the cluster builds anyway: every
+# scaler runs that one image (control_target), so no pod on them can meet a node that cannot execute it, and no
+# image is built for them alone. Graviton first (the cheapest small nodes), a CPU image before CUDA (a smaller pull).
+# Both types are in cfn-lint 1.58's EC2 lists for cn-northwest-1 and cn-north-1; two vCPUs each.
+SYSTEM_NODE_TYPES = {Architecture.ARM64: "c6g.large", Architecture.X86_64: "c6i.large"}
+SYSTEM_VCPUS = 2
+_SYSTEM_AMI = {
+    Architecture.ARM64: eks.NodegroupAmiType.BOTTLEROCKET_ARM_64,
+    Architecture.X86_64: eks.NodegroupAmiType.BOTTLEROCKET_X86_64,
+}
+CONTROL_PREFERENCE = ("arm64-cpu", "x86-64-cpu", "cuda")
+
+
+def control_target(targets: list[ImageTarget]) -> ImageTarget:
+    """The image the scalers run, of the cluster's image targets: the first of CONTROL_PREFERENCE it builds."""
+    by_name = {t.name: t for t in targets}
+    for name in CONTROL_PREFERENCE:
+        if name in by_name:
+            return by_name[name]
+    raise PropsError(f"no image target among {sorted(by_name)} for the system nodes: add it to CONTROL_PREFERENCE")
+
+
+def kube_arch(architecture: Architecture) -> str:
+    """The value of kubernetes.io/arch on a node of this architecture."""
+    return "arm64" if architecture == Architecture.ARM64 else "amd64"
+
+
 _ADMIN_ARN = r"arn:aws[a-z-]*:iam::\d{12}:role/"
 
 
@@ -44,11 +82,13 @@ class ServingCluster(Construct):
         *,
         name: str,
         vpc: ec2.IVpc,
+        system_architecture: Architecture,
         admin_role_arns: tuple[str, ...] = (),
     ) -> None:
         """
         name: the cluster's name (IAM conditions name it, so it is fixed, not generated).
         vpc: private subnets with egress for the nodes, the API endpoint and the kubectl handler.
+        system_architecture: the system nodes' (control_target's architecture: the scalers' image runs there).
         admin_role_arns: IAM roles given cluster-admin through access entries (-c eksAdminRoles); default none: the
             deploying role administers through the kubectl handler only.
         """
@@ -67,7 +107,7 @@ class ServingCluster(Construct):
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,  # not Auto Mode (see above)
             cluster_logging=list(_ALL_LOGS),
             secrets_encryption_key=secrets_key,
-            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV33Layer(self, "Kubectl")),
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(self, "Kubectl")),
         )
         for i, arn in enumerate(admin_role_arns):
             eks.AccessEntry(
@@ -83,12 +123,13 @@ class ServingCluster(Construct):
             )
         self.system_nodes = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
-            instance_types=[ec2.InstanceType(SYSTEM_INSTANCE_TYPE)],
-            ami_type=eks.NodegroupAmiType.BOTTLEROCKET_ARM_64,
+            instance_types=[ec2.InstanceType(SYSTEM_NODE_TYPES[system_architecture])],
+            ami_type=_SYSTEM_AMI[system_architecture],
             min_size=SYSTEM_NODES,
             max_size=SYSTEM_NODES,
             desired_size=SYSTEM_NODES,
-            labels={"gguf-serve/role": "system"},
+            labels=SYSTEM_LABEL,
+            node_role=node_role(self, "SystemNodeRole"),
         )
         self.namespace = self.cluster.add_manifest(
             "Namespace",

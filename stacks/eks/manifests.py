@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gguf_serve.container import names
+from stacks.eks.cluster import ARCH_LABEL
 from stacks.eks.workload import NAMESPACE, PROFILE_LABEL, STARTUP_PERIOD_S, ServingWorkload
 
 RUN_VOLUME = names.RUN_DIR  # memory-backed: the API key and the drain outcome
@@ -31,6 +32,7 @@ class WorkloadDeploy:
     """Deploy-time values (CDK tokens) the manifests read."""
 
     image: str
+    architecture: str  # the image's, as kubernetes.io/arch names it (arm64 | amd64): the pods' node selector
     region: str
     api_key_secret_arn: str
     model_cache_url: str
@@ -89,7 +91,7 @@ def pod_spec(w: ServingWorkload, d: WorkloadDeploy) -> dict[str, Any]:
         "serviceAccountName": d.service_account,
         "automountServiceAccountToken": False,  # no Kubernetes API calls; the IAM role's token is mounted apart
         "terminationGracePeriodSeconds": w.grace_s,
-        "nodeSelector": {PROFILE_LABEL: w.name},
+        "nodeSelector": {PROFILE_LABEL: w.name, ARCH_LABEL: d.architecture},
         "tolerations": [{"key": PROFILE_LABEL, "operator": "Equal", "value": w.name, "effect": "NoSchedule"}],
         "securityContext": {
             "runAsNonRoot": True,

@@ -17,7 +17,7 @@ from constructs import Construct
 
 from gguf_serve.catalog.fleet import RootVolume
 from gguf_serve.catalog.hardware import Architecture, Hardware
-from stacks.eks.acknowledgements import acknowledge_node_role
+from stacks.eks.node_role import node_role
 from stacks.eks.workload import PROFILE_LABEL, ServingWorkload
 
 DATA_DEVICE = "/dev/xvdb"  # Bottlerocket's data volume (Bottlerocket docs, "Storage")
@@ -79,6 +79,7 @@ class ServingNodes(Construct):
             self,
             "Nodegroup",
             cluster=cluster,
+            node_role=node_role(self),
             instance_types=[ec2.InstanceType(hardware.instance_type)],
             ami_type=ami_type(hardware),
             capacity_type=eks.CapacityType.SPOT if spot else eks.CapacityType.ON_DEMAND,
@@ -92,4 +93,3 @@ class ServingNodes(Construct):
             taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=PROFILE_LABEL, value=workload.name)],
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
-        acknowledge_node_role(self.nodegroup)

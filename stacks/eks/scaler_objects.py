@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stacks.eks.cluster import ARCH_LABEL, SYSTEM_LABEL
 from stacks.eks.manifests import APP, KEY_FILE, POD_TMP, RUN_VOLUME, labels, region_env
 from stacks.eks.workload import NAMESPACE, PROFILE_LABEL, ServingWorkload
 
 
 @dataclass(frozen=True)
 class ScalerDeploy:
-    image: str
+    image: str  # the control image (stacks/eks/cluster.py control_target): the system nodes run its architecture
+    architecture: str  # kubernetes.io/arch of that image
     region: str
     api_key_secret_arn: str
     service_account: str  # IRSA: the secret, eks:DescribeNodegroup, the Auto Scaling group
@@ -82,6 +84,9 @@ def _deployment(w: ServingWorkload, d: ScalerDeploy, selector: dict[str, str]) -
     key = ["python3", "-m", "gguf_serve.container.kube", "api-key", "--secret-id", d.api_key_secret_arn]
     pod = {
         "serviceAccountName": d.service_account,
+        # The system nodes only (untainted, labelled), and only where the image runs: a selector, so the pod waits
+        # Pending rather than land on a node that cannot execute it.
+        "nodeSelector": {**SYSTEM_LABEL, ARCH_LABEL: d.architecture},
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": [
             {

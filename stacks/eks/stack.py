@@ -20,7 +20,7 @@ from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements
 from stacks.eks.acknowledgements import acknowledge_cluster, acknowledge_pod_roles, nag_text
-from stacks.eks.cluster import ServingCluster
+from stacks.eks.cluster import ServingCluster, control_target, kube_arch
 from stacks.eks.manifests import WorkloadDeploy, serving_objects
 from stacks.eks.nodes import ServingNodes
 from stacks.eks.scaler_objects import ScalerDeploy, scaler_name, scaler_objects
@@ -66,9 +66,11 @@ class EksServingStack(Stack):
         self.access_logs = AccessLogs(self, "AccessLogs")
         self.cache = ModelCache(self, "ModelCache", access_logs=self.access_logs.bucket)
         self.api_key = ApiKey(self, "ApiKey")
+        control = control_target([p.image for p in profiles])
         self.serving = ServingCluster(
-            self, "Cluster", name=construct_id, vpc=network.vpc, admin_role_arns=admin_role_arns
-        )
+            self, "Cluster", name=construct_id, vpc=network.vpc, system_architecture=control.architecture,
+            admin_role_arns=admin_role_arns,
+        )  # fmt: skip
         images: dict[str, ImageBuild] = {}
         image_scope = Construct(self, "Image")  # one in-region build per image target the profiles use
         for target in dict.fromkeys(p.image for p in profiles):
@@ -76,6 +78,7 @@ class EksServingStack(Stack):
                 image_scope, target.name, target=target, build_args=image_build_args, arm64_builder=arm64_builder,
                 debian_mirrors=debian_mirrors,
             )  # fmt: skip
+        self.control_image = images[control.name]  # every scaler's, on the system nodes of its architecture
         self.load_balancers: dict[str, InferenceLoadBalancer] = {}
         for i, plan in enumerate(plans):
             name = plan.profile.name if plan.profile else ""
@@ -116,8 +119,9 @@ class EksServingStack(Stack):
         )
         port = node_port(index)
         deploy = WorkloadDeploy(
-            image=image.image_uri, region=self.region, api_key_secret_arn=self.api_key.secret.secret_arn,
-            model_cache_url=self.cache.s3_url, service_account=w.name, node_port=port,
+            image=image.image_uri, architecture=kube_arch(image.target.architecture), region=self.region,
+            api_key_secret_arn=self.api_key.secret.secret_arn, model_cache_url=self.cache.s3_url,
+            service_account=w.name, node_port=port,
         )  # fmt: skip
         workload = cluster.add_manifest(f"{profile.name}-workload", *serving_objects(w, deploy))
         workload.node.add_dependency(pods, image.build, self.serving.namespace)
@@ -129,12 +133,14 @@ class EksServingStack(Stack):
             cache_objects=nag_text(self, objects),
             groups=nag_text(self, managed_groups_arn(self)),
         )
+        control = self.control_image
         scaler_deploy = ScalerDeploy(
-            image=image.image_uri, region=self.region, api_key_secret_arn=self.api_key.secret.secret_arn,
-            service_account=scaler_name(w), cluster=cluster.cluster_name, nodegroup=nodes.nodegroup.nodegroup_name,
+            image=control.image_uri, architecture=kube_arch(control.target.architecture), region=self.region,
+            api_key_secret_arn=self.api_key.secret.secret_arn, service_account=scaler_name(w),
+            cluster=cluster.cluster_name, nodegroup=nodes.nodegroup.nodegroup_name,
         )  # fmt: skip
         cluster.add_manifest(f"{profile.name}-scaler", *scaler_objects(w, scaler_deploy)).node.add_dependency(
-            scaler, workload
+            scaler, workload, control.build
         )
         lb = InferenceLoadBalancer(
             scope, "LoadBalancer", vpc=vpc, vpc_cidr=f.network.vpc_cidr, access_logs=self.access_logs.bucket,

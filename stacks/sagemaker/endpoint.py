@@ -31,6 +31,7 @@ from gguf_serve.container.sagemaker import contract
 from gguf_serve.container.spec import RuntimeSpec
 from stacks.errors import PropsError
 from stacks.nag import acknowledge
+from stacks.principals import service_principal
 
 
 class SageMakerEndpoint(Construct):
@@ -107,7 +108,7 @@ class SageMakerEndpoint(Construct):
 
     def _role(self, repository: ecr.IRepository, bucket: s3.IBucket, key_prefix: str) -> iam.Role:
         role = iam.Role(
-            self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            self, "ExecutionRole", assumed_by=service_principal(self, "sagemaker"),
             description="SageMaker: pull the serving image, read the staged GGUF, write the endpoint's logs",
         )  # fmt: skip
         repository.grant_pull(role)

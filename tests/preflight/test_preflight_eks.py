@@ -28,7 +28,7 @@ def plan():
 class Account:
     def __init__(self, plan) -> None:
         self.plan = plan
-        self.versions = [{"clusterVersion": "1.33", "versionStatus": "STANDARD_SUPPORT",
+        self.versions = [{"clusterVersion": "1.35", "versionStatus": "STANDARD_SUPPORT",
                           "endOfStandardSupportDate": "2026-07-29T00:00:00Z"}]  # fmt: skip
         self.unpublished: set[str] = set()
         self.quotas = {STANDARD_ON_DEMAND: 512.0, G_AND_VT_ON_DEMAND: 64.0}
@@ -41,7 +41,7 @@ class Account:
         }
         stub = {name: Stubber(c) for name, c in made.items()}
         stub["eks"].add_response(
-            "describe_cluster_versions", {"clusterVersions": self.versions}, {"clusterVersions": ["1.33"]}
+            "describe_cluster_versions", {"clusterVersions": self.versions}, {"clusterVersions": ["1.35"]}
         )
         for _, parameter in self.plan.amis:
             if parameter in self.unpublished:
@@ -96,8 +96,8 @@ def test_a_ready_account_passes_and_every_node_group_is_checked(plan):
     results = Account(plan).check()
     assert [r for r in results if r.status is not Status.OK] == []
     assert {p for _, p in plan.amis} == {
-        "/aws/service/bottlerocket/aws-k8s-1.33/aarch64/latest/image_id",
-        "/aws/service/bottlerocket/aws-k8s-1.33-nvidia/x86_64/latest/image_id",
+        "/aws/service/bottlerocket/aws-k8s-1.35/aarch64/latest/image_id",
+        "/aws/service/bottlerocket/aws-k8s-1.35-nvidia/x86_64/latest/image_id",
     }
     gpu = next(s for s in plan.nodes.stacks if s.instance_type == "g5.xlarge")
     assert gpu.vcpus == {"create": 4, "update": 8, "scale_out": 20}  # one pod, a surge node, four pods and a surge

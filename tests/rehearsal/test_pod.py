@@ -66,7 +66,7 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
     profile = local_profile()
     workload = replace(ServingWorkload.of(profile), drain_deadline_s=DRAIN_DEADLINE_S)
     deploy = WorkloadDeploy(
-        image=serving_image, region="cn-northwest-1", api_key_secret_arn=SECRET,
+        image=serving_image, architecture="amd64", region="cn-northwest-1", api_key_secret_arn=SECRET,
         model_cache_url=f"s3://{BUCKET}/models/", service_account="rehearsal", node_port=30080,
     )  # fmt: skip
     runtime, deployment, _, _ = serving_objects(workload, deploy)

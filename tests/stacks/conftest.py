@@ -62,3 +62,6 @@ def scrub(template: dict) -> dict:
 def synthesized(whole_apps) -> dict[str, dict[str, Path]]:
     """SYNTHESIZED option set -> stack -> its template file (synthesized with cdk-nag, as `cdk synth` does)."""
     return {name: {s: whole_apps[name].template_file(s) for s in whole_apps[name].stacks} for name in SYNTHESIZED}
+
+
+from tests.stacks.eks.conftest import eks_assembly, eks_template  # noqa: E402, F401 - whole-app tests read EKS too

@@ -1,5 +1,6 @@
-"""EksServingStack synthesized once, through build_app (cdk-nag on, as `cdk synth` runs it), for two profiles: a
-Graviton CPU one and the GPU one, with an admin role, an allowed network and a certificate."""
+"""EksServingStack synthesized once, through build_app (cdk-nag on, as `cdk synth` runs it), for three profiles (a
+Graviton CPU one, the Intel one and the GPU one: all three image architectures on one cluster), with an admin role,
+an allowed network and a certificate."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.conftest import cdk_context
 from tests.stacks.conftest import CERT
 
 ADMIN = "arn:aws-cn:iam::111122223333:role/platform-admins"
-PROFILES = ("graviton-moe", "gpu-mtp")
+PROFILES = ("graviton-moe", "intel-moe", "gpu-mtp")  # arm64, x86-64 and CUDA images on one cluster
 CONTEXT = {
     "eksProfiles": ",".join(PROFILES),
     "eksAdminRoles": ADMIN,

@@ -18,7 +18,7 @@ from tests.stacks.eks.conftest import ADMIN, PROFILES, flat, kube_objects, resou
 
 def test_the_cluster_is_private_logs_everything_and_encrypts_secrets(eks_template):
     [cluster] = resources(eks_template, "AWS::EKS::Cluster").values()
-    assert cluster["Version"] == "1.33"
+    assert cluster["Version"] == "1.35"
     vpc = cluster["ResourcesVpcConfig"]
     assert vpc["EndpointPrivateAccess"] is True and vpc["EndpointPublicAccess"] is False
     logged = {t["Type"] for t in cluster["Logging"]["ClusterLogging"]["EnabledTypes"]}
@@ -45,7 +45,7 @@ def test_one_bottlerocket_node_group_per_profile_labelled_and_tainted_for_its_po
     data = [t["LaunchTemplateData"] for t in templates]
     assert all(d["MetadataOptions"] == {"HttpPutResponseHopLimit": 1, "HttpTokens": "required"} for d in data)
     volumes = sorted(d["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] for d in data)
-    assert volumes == [38, 44]  # model + 2 GiB + the 20 GiB image headroom: the 27B (16.8 GB), the 35B (22.7 GB)
+    assert volumes == [38, 44, 44]  # model + 2 GiB + the 20 GiB image headroom: the 27B (16.8 GB), the 35B (22.7 GB)
     assert all(d["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True for d in data)
 
 
@@ -53,7 +53,7 @@ def test_each_profile_has_an_internal_alb_on_its_node_port_for_the_allowed_netwo
     albs = resources(eks_template, "AWS::ElasticLoadBalancingV2::LoadBalancer").values()
     assert len(albs) == len(PROFILES) and all(a["Scheme"] == "internal" for a in albs)
     groups = resources(eks_template, "AWS::ElasticLoadBalancingV2::TargetGroup").values()
-    assert sorted(g["Port"] for g in groups) == [FIRST_NODE_PORT, FIRST_NODE_PORT + 1]
+    assert sorted(g["Port"] for g in groups) == [FIRST_NODE_PORT + i for i in range(len(PROFILES))]
     assert all(g["TargetType"] == "instance" and g["HealthCheckPath"] == "/health" for g in groups)
     listeners = resources(eks_template, "AWS::ElasticLoadBalancingV2::Listener").values()
     assert all(listener["Protocol"] == "HTTPS" and listener["Port"] == 443 for listener in listeners)

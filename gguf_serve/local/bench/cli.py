@@ -1,4 +1,5 @@
-"""The field report's benchmark, tables, cost model and decision tree: gguf-serve-bench run|report|cost|recommend."""
+"""The field report's benchmark, tables, cost model and decision tree: gguf-serve-bench run|report|cost|recommend,
+and its capacity curve and roofline: capacity|roofline|bandwidth."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from gguf_serve.catalog import load_catalog
-from gguf_serve.local.bench import cost, method, recommend, results, runner, tables
-from gguf_serve.local.bench.endpoint import make_client, resolve_api_key, resolve_label, served_model
+from gguf_serve.local.bench import capacity_cli, cost, method, recommend, results, roofline, runner, tables
+from gguf_serve.local.bench.endpoint import make_client, resolve_api_key, served_model
+from gguf_serve.local.bench.target import DEFAULT_ENDPOINT, add_target, connect
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
-DEFAULT_PROFILE = "local-graviton-moe"
 RESULTS_DIR = Path("results/local")
 
 
@@ -58,27 +58,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="benchmark an OpenAI-compatible llama-server endpoint with the report's method")
-    run.add_argument(
-        "--endpoint", default=DEFAULT_ENDPOINT, help=f"base URL, with or without /v1 (default {DEFAULT_ENDPOINT})"
-    )
-    key = run.add_mutually_exclusive_group()
-    key.add_argument(
-        "--api-key", help="API key (visible in the process list; prefer LLAMA_API_KEY or --api-key-secret)"
-    )
-    key.add_argument("--api-key-secret", metavar="SECRET_ID", help="read the API key from AWS Secrets Manager")
-    run.add_argument(
-        "--sagemaker-endpoint", metavar="NAME",
-        help="benchmark a SageMaker endpoint (IAM credentials, response stream) instead of --endpoint",
-    )  # fmt: skip
-    run.add_argument(
-        "--region", help="AWS region for --api-key-secret and --sagemaker-endpoint (default: the ARN's, else boto3's)"
-    )
-    run.add_argument(
-        "--profile",
-        default=DEFAULT_PROFILE,
-        help=f"catalog profile this endpoint serves, for labelling (default {DEFAULT_PROFILE})",
-    )
-    run.add_argument("--model", help="model id to request (default: the first one the endpoint lists)")
+    add_target(run)
     run.add_argument(
         "--max-tokens", type=_positive, default=method.MAX_TOKENS, help=f"default {method.MAX_TOKENS}, the report's"
     )
@@ -94,8 +74,9 @@ def parser() -> argparse.ArgumentParser:
         type=_positive,
         help="N parallel streaming clients (TTFT, ITL, percentiles); default: one request at a time",
     )
-    run.add_argument("--timeout", type=float, default=method.REQUEST_TIMEOUT_S, help="seconds per request")
     run.add_argument("-o", "--output", type=Path, help=f"results JSON (default {RESULTS_DIR}/<profile>-<time>.json)")
+    capacity_cli.add_roofline_options(run)
+    capacity_cli.add_parser(sub)
 
     rep = sub.add_parser("report", help="the report's tables (Markdown) and charts (PNG) from results files")
     rep.add_argument("files", nargs="*", type=Path, help="results files (default: the field report's figures)")
@@ -143,27 +124,11 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_run(a: argparse.Namespace) -> int:
     """Measure, writing the results file after every request; an unfinished file with the same method resumes."""
-    from openai import APIConnectionError
     from openai import __version__ as openai_version
 
     log = runner.stderr_log
     catalog = load_catalog()
-    label = resolve_label(a.profile, catalog)
-    if label.model is None:
-        log(f"note: profile {a.profile!r} is not in the catalog; labelling instance and hardware 'unknown'")
-    if a.sagemaker_endpoint:
-        from gguf_serve.local.bench.sagemaker import make_sagemaker_client, sagemaker_label
-
-        label = sagemaker_label(label, catalog)
-        a.endpoint = f"sagemaker:{a.sagemaker_endpoint}"
-        client = make_sagemaker_client(a.sagemaker_endpoint, region=a.region, timeout=a.timeout)
-    else:
-        key = resolve_api_key(api_key=a.api_key, secret_id=a.api_key_secret, region=a.region)
-        client = make_client(a.endpoint, key, timeout=a.timeout)
-    try:
-        served = a.model or served_model(client)
-    except APIConnectionError as exc:
-        raise OSError(f"cannot reach {a.endpoint}: {exc}") from exc
+    label, client, served = connect(a, catalog, log)
     desc = method.describe(
         max_tokens=a.max_tokens, repetitions=a.repetitions, warmup=a.warmup, concurrency=a.concurrency
     )
@@ -199,6 +164,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     doc["runs"] = _resumable_rows(out, doc, log)
     created = not out.exists()
     _save(doc, out)  # before the first request: an unwritable -o fails now, not after half an hour
+    doc["bandwidth"] = capacity_cli.probe(a, log)  # before any request loads the server
     try:
         return _measure(a, client, served, doc, out, log, label.mtp)
     except Exception:
@@ -251,9 +217,16 @@ def _measure(
         )
     doc.update(mtp=bool(mtp), summary=summary, complete=complete, finished_at=_now())
     doc["harness"]["client_loadavg_1m"][1] = _loadavg()
+    mb = roofline.model_bytes(load_catalog(), doc["model"], gguf=a.gguf, mtp=doc["mtp"]) if summary else None
+    if mb is not None:
+        peak = doc["bandwidth"]["gb_s"] if doc.get("bandwidth") else None
+        roof = roofline.for_run(kind, summary, doc["runs"], mb, peak_gb_s=peak)
+        doc["roofline"] = roof.to_json()
     _save(doc, out)
     if summary is not None:
         log(_run_summary_line(kind, summary))
+    if mb is not None:
+        log(roofline.line(roof))
     log(f"wrote {out}")
     print(out)
     if complete:
@@ -430,7 +403,9 @@ def cmd_smoke(a: argparse.Namespace) -> int:
     return 0 if all(r.completion_tokens > 0 for r in results) else 1
 
 
-COMMANDS = {"smoke": cmd_smoke, "run": cmd_run, "report": cmd_report, "cost": cmd_cost, "recommend": cmd_recommend}
+COMMANDS = {"smoke": cmd_smoke, "run": cmd_run, "report": cmd_report, "cost": cmd_cost, "recommend": cmd_recommend,
+            "capacity": capacity_cli.cmd_capacity, "bandwidth": capacity_cli.cmd_bandwidth,
+            "roofline": capacity_cli.cmd_roofline}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gguf_serve.local.bench.method import request_body
@@ -63,7 +62,9 @@ def attempt(request: Callable[[], dict[str, Any]], *, streamed: bool) -> dict[st
     except Exception as exc:  # noqa: BLE001 - a failed request is a recorded result, not a crash
         if _refused(exc):
             raise  # a wrong key fails every request alike: stop at the first
-        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        failed: dict[str, Any] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        status = getattr(exc, "status_code", None)  # openai's APIStatusError: 429 is the hop shedding load
+        return {**failed, "status": status} if isinstance(status, int) else failed
     reason = invalid_reason(row, streamed=streamed)
     return {**row, "error": f"invalid response: {reason}"} if reason else row
 
@@ -284,10 +285,17 @@ def run_concurrent(
     max_tokens: int,
     log: Log = stderr_log,
     on_row: OnRow | None = None,
+    tick: Callable[[float], None] | None = None,
 ) -> tuple[list[dict[str, Any]], float]:
-    """`concurrency` streaming clients, each sending `repetitions` requests back to back; returns rows and wall time."""
+    """`concurrency` streaming clients, each sending `repetitions` requests back to back; returns rows and wall time.
+
+    The clients are daemon threads joined in short waits, so Ctrl-C reaches the caller at once (a pool would
+    hold the process until every stream had ended); after it no row reaches `on_row`. `tick(seconds)` is called
+    about once a second while the phase runs (progress).
+    """
     rows: list[dict[str, Any]] = []
     lock = threading.Lock()
+    stopped = threading.Event()
 
     def request() -> dict[str, Any]:
         return attempt(lambda: streaming_request(client, model, max_tokens), streamed=True)
@@ -295,7 +303,8 @@ def run_concurrent(
     def done(row: dict[str, Any]) -> None:
         if on_row is not None:
             with lock:
-                on_row(row)
+                if not stopped.is_set():
+                    on_row(row)
 
     for i in range(warmup):
         row = {"client": None, "warmup": True, **request()}
@@ -303,20 +312,43 @@ def run_concurrent(
         rows.append(row)
         done(row)
     phase_start = time.perf_counter()
+    finished: list[list[dict[str, Any]]] = [[] for _ in range(concurrency)]
+    raised: list[BaseException] = []
 
-    def client_loop(c: int) -> list[dict[str, Any]]:
-        finished = []
-        for r in range(repetitions):
-            sent = time.perf_counter() - phase_start
-            row = {"client": c, "warmup": False, "sent_s": sent, **request()}
-            log(f"[client {c + 1}/{concurrency} req {r + 1}/{repetitions}] {_describe(row)}")
-            finished.append(row)
-            done(row)
-        return finished
+    def client_loop(c: int) -> None:
+        try:
+            for r in range(repetitions):
+                if stopped.is_set():
+                    return
+                sent = time.perf_counter() - phase_start
+                row = {"client": c, "warmup": False, "sent_s": sent, **request()}
+                if stopped.is_set():
+                    return
+                log(f"[client {c + 1}/{concurrency} req {r + 1}/{repetitions}] {_describe(row)}")
+                finished[c].append(row)
+                done(row)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread (a refused key)
+            raised.append(exc)
+            stopped.set()
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for finished in pool.map(client_loop, range(concurrency)):
-            rows += finished
+    threads = [threading.Thread(target=client_loop, args=(c,), daemon=True) for c in range(concurrency)]
+    for t in threads:
+        t.start()
+    try:
+        last_tick = time.perf_counter()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)
+                if tick is not None and time.perf_counter() - last_tick >= 1.0:
+                    last_tick = time.perf_counter()
+                    tick(last_tick - phase_start)
+    except BaseException:
+        stopped.set()  # Ctrl-C: the streams still open die with the process; nothing more is recorded
+        raise
+    if raised:
+        raise raised[0]
+    for client_rows in finished:
+        rows += client_rows
     return rows, time.perf_counter() - phase_start
 
 
@@ -350,6 +382,7 @@ def summarize_concurrent(rows: list[dict[str, Any]], wall: float, concurrency: i
         "concurrency": concurrency,
         "requests": len(ok),
         "errors": len(failed),
+        "rate_limited": sum(1 for r in failed if r.get("status") == 429),
         "wall_s": wall,
         "completion_tokens": tokens,
         "aggregate_tok_s": tokens / wall if wall > 0 else 0.0,

@@ -31,8 +31,8 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, An
 
 class HostileServer:
     """`script` lists what each chat request gets, in order (the last one repeats):
-    ok | zero-tokens | html | cut-stream | 500 | no-finish | slow-stream (a token every 0.5 s for 10 s) |
-    slow-body (the JSON answer a byte every 0.05 s, about 30 s).
+    ok | zero-tokens | html | cut-stream | 500 | 429 (the hop shedding load) | no-finish |
+    slow-stream (a token every 0.5 s for 10 s) | slow-body (the JSON answer a byte every 0.05 s, about 30 s).
     `models` is the raw /v1/models body."""
 
     def __init__(self, script: list[str], models: bytes | None = None) -> None:
@@ -69,6 +69,9 @@ class HostileServer:
                 stream = bool(body.get("stream"))
                 if what == "500":
                     return self._send(500, b'{"error": {"message": "boom", "code": 500}}', "application/json")
+                if what == "429":
+                    body = b'{"error": {"message": "over admission", "type": "rate_limit_error", "code": 429}}'
+                    return self._send(429, body, "application/json")
                 if what == "html":
                     return self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
                 if not stream:

@@ -3,6 +3,7 @@
 gguf-serve-catalog lock Qwen3.6-27B                 # ModelScope (MODELSCOPE_ENDPOINT or --endpoint overrides)
 gguf-serve-catalog lock gpu-mtp                     # the model a serving profile names
 gguf-serve-catalog check                            # every profile: what it plans, and whether it deploys
+gguf-serve-catalog prices --region cn-northwest-1   # the AWS Price List against profiles/hardware.toml (--write)
 """
 
 from __future__ import annotations
@@ -30,8 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     stacks.add_argument("--deployable", action="store_true", help="only stacks whose model has a pinned sha256")
     check = sub.add_parser("check", help="load and validate every profile; print what each plans")
     check.add_argument("--lock-file", type=Path, help=f"default: <profiles>/{LOCK_NAME}")
+    prices = sub.add_parser("prices", help="EC2 prices from the AWS Price List API against profiles/hardware.toml")
+    prices.add_argument("--region", default="cn-northwest-1", help="the region whose prices to read (default Ningxia)")
+    prices.add_argument("--write", action="store_true", help="write the API's prices into the file (price lines only)")
+    prices.add_argument("--hardware-file", type=Path, help="default: <profiles>/hardware.toml")
     args = parser.parse_args(argv)
     try:
+        if args.command == "prices":
+            return _prices(args.hardware_file or args.profiles / "hardware.toml", args.region, write=args.write)
         if args.command == "lock":
             return _lock(args.profiles, args.target, args.endpoint, args.lock_file or args.profiles / LOCK_NAME)
         if args.command == "stacks":
@@ -69,6 +76,49 @@ def _lock(root: Path, target: str, endpoint: str | None, lock_file: Path) -> int
         f"{model_facts.recurrent_state_bytes(facts):,} bytes/slot, MTP layers {model_facts.mtp_layers(facts)}"
     )
     print(f"wrote {lock_file}")
+    return 0
+
+
+def _prices(path: Path, region: str, *, write: bool) -> int:
+    """Read-only GetProducts calls; with write, the file's price lines replaced and checked by the loader first."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gguf_serve.catalog import prices
+    from gguf_serve.catalog.loader import load_hardware
+
+    if write and region != prices.FILE_REGION:
+        raise ProfileError(f"{path} holds {prices.FILE_REGION} prices; --write needs --region {prices.FILE_REGION}")
+    hardware = load_hardware(path)
+    client = prices.pricing_client(region)
+    try:
+        listed = prices.fetch(client, sorted(hardware), region)
+    except (BotoCoreError, ClientError) as e:
+        print(f"error: the AWS Price List API ({client.meta.endpoint_url}) did not answer: {e}; "
+              f"{path} stays as it is (the pinned prices)", file=sys.stderr)  # fmt: skip
+        return 2
+    found = prices.changes(hardware, listed)
+    print(f"{len(listed)} of {len(hardware)} instance types priced by {client.meta.endpoint_url} for {region} "
+          f"({prices.CURRENCY}; Spot is not in the Price List)")  # fmt: skip
+    for name in sorted(set(hardware) - set(listed)):
+        print(f"  {name}: not in the Price List for {region}")
+    for c in found:
+        pinned = "not in the file" if c.pinned is None else f"{c.pinned:g}"
+        print(f"  {c.instance_type} {c.key}: {pinned} -> {c.listed:g}")
+    if not found:
+        print(f"{path}: every listed price matches")
+        return 0
+    if not write:
+        print(f"{len(found)} prices differ; `gguf-serve-catalog prices --region {region} --write` writes them")
+        return 0
+    text = prices.write(path, found, region=region)
+    staged = path.with_name(f".{path.name}.prices")
+    staged.write_text(text, encoding="utf-8")
+    try:
+        load_hardware(staged)  # the loader's own checks, before the file is replaced
+        staged.replace(path)
+    finally:
+        staged.unlink(missing_ok=True)
+    print(f"wrote {len(found)} prices into {path}")
     return 0
 
 

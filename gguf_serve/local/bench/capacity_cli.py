@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from datetime import UTC, datetime
@@ -139,7 +140,16 @@ def _server_slots(a: argparse.Namespace, client: Any) -> int | None:
         return None
 
 
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def cmd_capacity(a: argparse.Namespace) -> int:
+    from openai import __version__ as openai_version
+
     catalog = load_catalog()
     if a.source:
         doc = json.loads(a.source.read_text(encoding="utf-8"))
@@ -165,6 +175,8 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         "endpoint": a.endpoint, "started_at": started, "finished_at": None, "complete": False, "method": desc,
         "price": vars(price) if price else None, "server_slots": _server_slots(a, client), "bandwidth": None,
         "model_bytes": None, "steps": [], "current": None, "knee": None,
+        # the client's 1-minute load average at start and end: on a shared host, contention shows here
+        "harness": {"openai": openai_version, "client_cpus": os.cpu_count(), "client_loadavg_1m": [_load(), None]},
     }  # fmt: skip
     out = a.output or RESULTS_DIR / f"{a.profile}-capacity-{started.replace(':', '').replace('+0000', 'Z')}.json"
     kept = _resumable_steps(out, doc, log)
@@ -198,6 +210,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     done = {s["streams"] for s in doc["steps"]}
     doc["complete"] = not interrupted and all(n in done for n in plan)
     doc["finished_at"] = _now()
+    doc["harness"]["client_loadavg_1m"][1] = _load()
     knee = capacity.find_knee(doc["steps"], min_growth=a.knee_growth, ttft_limit_s=ttft_limit)
     doc["knee"] = vars(knee)
     _save(doc, out)

@@ -22,7 +22,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from gguf_serve.catalog import ServingProfile
-from gguf_serve.catalog.hosting import SageMakerHosting, sagemaker_stack_name
+from gguf_serve.catalog.hosting import HostedTypes, SageMakerHosting, sagemaker_stack_name
 from gguf_serve.catalog.loader import LOCK_NAME, PROFILES_DIR, ProfileFrame, load_catalog, load_frame
 from gguf_serve.catalog.lookup import resolve_locks, stack_files, stack_models
 from gguf_serve.catalog.profiles import deploy_refusal
@@ -88,6 +88,12 @@ class AppPlan:
     hosting: dict[str, SageMakerHosting] = field(default_factory=dict)
     lock_refused: dict[str, str] = field(default_factory=dict)
     unbuilt: dict[str, str] = field(default_factory=dict)  # EC2 stack -> why its profile did not load (twins only)
+    # The endpoint profiles (profiles/sagemaker/): stack -> model, the built ones by stack, their ml types, the
+    # ml types each region hosts (profiles/sagemaker-hosted.toml)
+    endpoints: dict[str, str] = field(default_factory=dict)
+    endpoint_profiles: dict[str, ServingProfile] = field(default_factory=dict)
+    endpoint_types: dict[str, SageMakerHosting] = field(default_factory=dict)
+    hosted: HostedTypes = field(default_factory=lambda: HostedTypes("", {}))
     eks: tuple[ServicePlan, ...] = ()  # EksServingStack's profiles (eksProfiles), one plan each; () no cluster
     zones: tuple[str, ...] = ()  # the region's pinned zones
 
@@ -111,10 +117,12 @@ def plan_app(
     lock_file = model_lock_file(context.get(MODEL_LOCK_CONTEXT), profiles_dir)
     models = stack_models(profiles_dir)
     twins = {n: m for n, m in models.items() if stack_names is None or sagemaker_stack_name(n) in stack_names}
+    endpoints = stack_models(profiles_dir, "sagemaker")  # the endpoint profiles' stacks
+    endpoints = {n: m for n, m in endpoints.items() if stack_names is None or n in stack_names}
     if stack_names is not None:
         models = {name: model for name, model in models.items() if name in stack_names}
     lookups = str(context.get(MODEL_LOOKUP_CONTEXT)).lower() not in ("false", "0", "no", "off")
-    wanted = list(dict.fromkeys([*models.values(), *twins.values()]))
+    wanted = list(dict.fromkeys([*models.values(), *twins.values(), *endpoints.values()]))
     resolution = resolve_locks(
         wanted, root=profiles_dir, lock_file=lock_file, lookups=lookups, allow_typed=options.allow_typed_lock
     )
@@ -144,7 +152,13 @@ def plan_app(
     return AppPlan(
         options, services, refusals, tuple(unplanned), twins=twins, built=built, hosting=catalog.hosting,
         lock_refused=dict(resolution.refused), eks=eks, zones=tuple(zones),
-        unbuilt={n: why for n in twins if n not in built and (why := catalog.problems.get(str(files.get(n))))},
+        unbuilt={
+            **{n: why for n in twins if n not in built and (why := catalog.problems.get(str(files.get(n))))},
+            **{n: why for n, path in stack_files(profiles_dir, "sagemaker").items()
+               if n in endpoints and (why := catalog.problems.get(str(path)))},
+        },  # fmt: skip
+        endpoints=endpoints, endpoint_types=catalog.endpoint_types, hosted=catalog.hosted,
+        endpoint_profiles={p.stack_name: p for p in catalog.endpoint_profiles.values() if p.stack_name in endpoints},
     )  # fmt: skip
 
 
@@ -195,6 +209,8 @@ def build_app(
     add_sagemaker_stacks(
         app, models=plan.twins, built=plan.built, hosting=plan.hosting, refused=plan.lock_refused,
         unbuilt=plan.unbuilt, options=plan.options, zones=list(plan.zones), env=env, refusals=refusals,
+        endpoints=plan.endpoints, endpoint_profiles=plan.endpoint_profiles, endpoint_types=plan.endpoint_types,
+        hosted=plan.hosted,
     )  # fmt: skip
     if plan.eks:
         _eks_stack(app, plan, env, refusals)
@@ -214,6 +230,7 @@ def _eks_stack(app: cdk.App, plan: AppPlan, env: cdk.Environment, refusals: dict
         arm64_builder=options.arm64_builder,
         debian_mirrors=options.debian_mirrors,
         admin_role_arns=options.eks_admin_roles,
+        auto_mode_fields=options.eks_auto_mode_fields,
         env=env,
     )
     profiles = [p.profile for p in plan.eks if p.profile is not None]

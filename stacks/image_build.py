@@ -102,7 +102,7 @@ class ImageBuild(Construct):
         if arm64_builder not in ARM64_BUILDERS:
             raise PropsError(f"arm64 builder {arm64_builder!r}: use one of {', '.join(ARM64_BUILDERS)}")
         mirrors = check_debian_mirrors(debian_mirrors)
-        args = check_build_args(target, build_args or {})
+        args = check_build_args(target, {**dict(target.build_args), **(build_args or {})})
         super().__init__(scope, construct_id)
         self.target = target
         self.repository = ecr.Repository(

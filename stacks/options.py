@@ -47,7 +47,16 @@ OPTION_NAMES = (
     "allowTypedLock",
     "eksProfiles",
     "eksAdminRoles",
+    "sagemakerUnlistedTypes",
+    "sagemakerScalingMetric",
+    "sagemakerInferenceAmi",
+    "eksAutoModeFields",
 )
+# Fallbacks for what only the service refuses, late in a deploy (docs/first-deploy.md, "Refused late"): which
+# signal SageMaker endpoints scale on. "concurrency": SageMaker's own high-resolution ConcurrentRequestsPerModel;
+# "slots": the container's busy-slot ratio, which it writes to its log (EMF), for a region whose Application Auto
+# Scaling refuses the high-resolution predefined metric.
+SAGEMAKER_SCALING_METRICS = ("concurrency", "slots")
 
 
 class DeployOptionError(InputError):
@@ -71,6 +80,12 @@ class DeployOptions:
     allow_typed_lock: bool = False  # deploy a model whose sha256 was typed, never checked against a listing
     eks_profiles: tuple[str, ...] = ()  # serving profiles of EksServingStack (docs/eks.md); empty: no EKS stack
     eks_admin_roles: tuple[str, ...] = ()  # IAM role ARNs given cluster-admin access entries on the EKS cluster
+    # SageMaker stacks on ml types their region's pinned list lacks (profiles/sagemaker-hosted.toml) deploy anyway:
+    # for an account whose endpoint quota for the type the pre-flight found (the list lags the region, or is wrong)
+    sagemaker_unlisted_types: bool = False
+    sagemaker_scaling_metric: str = "concurrency"  # SAGEMAKER_SCALING_METRICS
+    sagemaker_inference_ami: bool = True  # false: GPU variants name no InferenceAmiVersion (the region's default)
+    eks_auto_mode_fields: bool = True  # false: the cluster's disabled Auto Mode fields are left out of CreateCluster
 
 
 # Options renamed: the old name is refused with the new one, never silently ignored.
@@ -103,6 +118,12 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             allow_typed_lock=_flag(raw.get("allowTypedLock"), "allowTypedLock"),
             eks_profiles=_names(raw.get("eksProfiles"), "eksProfiles"),
             eks_admin_roles=_names(raw.get("eksAdminRoles"), "eksAdminRoles"),
+            sagemaker_unlisted_types=_flag(raw.get("sagemakerUnlistedTypes"), "sagemakerUnlistedTypes"),
+            sagemaker_scaling_metric=_choice(
+                raw.get("sagemakerScalingMetric", "concurrency"), "sagemakerScalingMetric", SAGEMAKER_SCALING_METRICS
+            ),
+            sagemaker_inference_ami=_flag(raw.get("sagemakerInferenceAmi", True), "sagemakerInferenceAmi"),
+            eks_auto_mode_fields=_flag(raw.get("eksAutoModeFields", True), "eksAutoModeFields"),
         )
         if options.wake_on_request and options.off_hours is None and options.min_capacity != 0:
             raise _Bad(

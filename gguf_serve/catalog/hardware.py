@@ -27,6 +27,7 @@ class Hardware:
     on_demand_cny_per_hour: float | None = None  # estimate; Ningxia on-demand prices were not in the report
     gpu: str | None = None
     gpu_memory_gib: float = 0.0  # usable device memory as the driver reports it
+    gpu_compute_capability: str | None = None  # e.g. "8.6": which CUDA images run on it (images.runs_on)
     host_reserve_gib: float = 2.0  # OS, container runtime, agents
     price_is_estimate: bool = False
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from gguf_serve.catalog.errors import ProfileError
-from gguf_serve.catalog.hardware import GIB, Hardware
+from gguf_serve.catalog.hardware import GIB, Architecture, Hardware
 from gguf_serve.catalog.profiles import ServingProfile
 
 MIB = 1024 * 1024
@@ -31,9 +31,11 @@ STAGING_BUDGET_S = 3300
 
 @dataclass(frozen=True)
 class SageMakerHosting:
-    """One [hosting."<EC2 type>"] table of profiles/sagemaker.toml; the shape fields are the ml type's."""
+    """One [hosting."<EC2 type>"] table of profiles/sagemaker.toml (a twin of the EC2 stacks on that type), or one
+    [endpoint_type."<ml type>"] table (an ml type only endpoint profiles run on: profiles/sagemaker/); the shape
+    fields are the ml type's."""
 
-    ec2_type: str  # the serving profiles' instance type this replaces
+    ec2_type: str  # the serving profiles' instance type this replaces; "" for an endpoint type
     ml_type: str
     vcpus: int
     physical_cores: int
@@ -47,7 +49,10 @@ class SageMakerHosting:
     instance_storage: bool = False  # NVMe instance storage holds the model: no VolumeSizeInGB for this type
     inference_ami: str | None = None  # ProductionVariant InferenceAmiVersion (GPU: the driver the CUDA image needs)
     differs: str = ""  # what changes against the EC2 stack, e.g. another CPU generation: the report's figures
-    listed_regions: tuple[str, ...] = ()  # regions whose pricing-derived hosting list names it (open otherwise)
+    architecture: str = ""  # endpoint types: arm64 | x86_64 (a twin has its EC2 type's)
+    gpu_compute_capability: str | None = None
+    estimated_tok_s: float | None = None  # endpoint types: single-stream decode, an ESTIMATE (never measured)
+    estimate_basis: str = ""  # how estimated_tok_s was reckoned, one line
 
     def hardware(self, ec2: Hardware) -> Hardware:
         """The EC2 type's record with this ml type's shape and price (no RI: SageMaker has none)."""
@@ -56,7 +61,31 @@ class SageMakerHosting:
             memory_gib=self.memory_gib, cpu=self.cpu, gpu=self.gpu, gpu_memory_gib=self.gpu_memory_gib,
             host_reserve_gib=self.host_reserve_gib, ri_1yr_all_upfront_cny=None,
             on_demand_cny_per_hour=self.on_demand_cny_per_hour, price_is_estimate=self.price_is_estimate,
+            gpu_compute_capability=self.gpu_compute_capability or ec2.gpu_compute_capability,
         )  # fmt: skip
+
+    def own_hardware(self) -> Hardware:
+        """An endpoint type as a Hardware record of its own: no AMI (SageMaker picks the host), no RI."""
+        return Hardware(
+            instance_type=self.ml_type, architecture=Architecture(self.architecture), vcpus=self.vcpus,
+            physical_cores=self.physical_cores, memory_gib=self.memory_gib, cpu=self.cpu, ami_ssm_parameter="",
+            ami_root_snapshot_gib=0, on_demand_cny_per_hour=self.on_demand_cny_per_hour, gpu=self.gpu,
+            gpu_memory_gib=self.gpu_memory_gib, gpu_compute_capability=self.gpu_compute_capability,
+            host_reserve_gib=self.host_reserve_gib, price_is_estimate=self.price_is_estimate,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HostedTypes:
+    """profiles/sagemaker-hosted.toml: the ml types SageMaker hosting offers per region, and where the list is from."""
+
+    source: str
+    regions: dict[str, frozenset[str]]
+
+    def hosts(self, region: str, ml_type: str) -> bool | None:
+        """True or False where the region's list is pinned; None where it is not (nothing is known)."""
+        listed = self.regions.get(region)
+        return None if listed is None else ml_type in listed
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,23 @@ class ImageTarget:
     architecture: Architecture
     accelerator: str | None  # "cuda" or None
     dockerfile: str  # the llama.cpp base, relative to docker/; docker/app.Dockerfile goes on top of it
+    build_args: tuple[tuple[str, str], ...] = ()  # the target's own Docker build arguments (-c imageBuildArgs wins)
+    cuda_architectures: tuple[str, ...] = ()  # compute capabilities compiled (CMAKE_CUDA_ARCHITECTURES), e.g. "86"
 
     @property
     def platform(self) -> str:
         return "linux/arm64" if self.architecture == Architecture.ARM64 else "linux/amd64"
+
+
+# A CUDA image runs on a GPU whose compute capability is one it was compiled for, or a later one of the same major
+# version (CUDA C++ Programming Guide, "Binary Compatibility"); llama.cpp's CMake compiles the PTX of each too, which
+# the driver JIT-compiles for a newer GPU (ggml/src/ggml-cuda/CMakeLists.txt). Never for an older one.
+def runs_on(target: ImageTarget, compute_capability: str) -> bool:
+    """Whether the target's CUDA code runs on a GPU of this compute capability ("7.5"); CPU targets: always."""
+    if not target.cuda_architectures:
+        return True
+    have = tuple(int(p) for p in compute_capability.split("."))
+    return any(have >= (int(a[:-1]), int(a[-1])) for a in target.cuda_architectures)
 
 
 IMAGE_TARGETS: dict[str, ImageTarget] = {
@@ -24,7 +37,18 @@ IMAGE_TARGETS: dict[str, ImageTarget] = {
     for t in (
         ImageTarget("arm64-cpu", Architecture.ARM64, None, "arm64-cpu.Dockerfile"),
         ImageTarget("x86-64-cpu", Architecture.X86_64, None, "x86-64-cpu.Dockerfile"),
-        ImageTarget("cuda", Architecture.X86_64, "cuda", "cuda.Dockerfile"),
+        # g5's A10G (Ampere, 8.6; docker/cuda.Dockerfile's default). One architecture keeps the nvcc compile short.
+        ImageTarget("cuda", Architecture.X86_64, "cuda", "cuda.Dockerfile", cuda_architectures=("86",)),
+        # g4dn's T4 (Turing, 7.5: NVIDIA, "CUDA GPUs - Compute Capability"), for the SageMaker endpoints Ningxia
+        # hosts (ml.g4dn): the same Dockerfile, its one architecture set by the build argument.
+        ImageTarget(
+            "cuda-t4",
+            Architecture.X86_64,
+            "cuda",
+            "cuda.Dockerfile",
+            (("CUDA_ARCHITECTURES", "75"),),
+            cuda_architectures=("75",),
+        ),  # fmt: skip
     )
 }
 
@@ -77,9 +101,9 @@ BUILD_STAGES = ("roots", "base", "app")
 # CPU-s of nvcc, capped at one job per 2.5 GB: 6 jobs on LARGE, about 20 min modelled), which gets XLARGE (28
 # jobs, about 8 min). The account's concurrency quota for each is a pre-flight check.
 DEFAULT_COMPUTE = "BUILD_GENERAL1_LARGE"
-STAGE_COMPUTE: dict[tuple[str, str], str] = {("cuda", "base"): "BUILD_GENERAL1_XLARGE"}
+CUDA_BASE_COMPUTE = "BUILD_GENERAL1_XLARGE"
 
 
 def stage_compute(target: ImageTarget, stage: str) -> str:
-    """The CodeBuild compute type a target's stage runs on."""
-    return STAGE_COMPUTE.get((target.name, stage), DEFAULT_COMPUTE)
+    """The CodeBuild compute type a target's stage runs on: XLARGE for every CUDA base, LARGE otherwise."""
+    return CUDA_BASE_COMPUTE if target.accelerator == "cuda" and stage == "base" else DEFAULT_COMPUTE

@@ -6,6 +6,11 @@
     profiles/serving/<name>.toml  one serving profile each: instance, model, image, [server], [fleet], stack
     profiles/workstation/<name>.toml  one GPU workstation profile each: a [workstation."<card>"] of
                                   hardware.toml, model, [server]; no stack, fleet or price (gguf-serve-workstation)
+    profiles/sagemaker.toml       [hosting."<EC2 type>"]: the ml type of each EC2 type's SageMaker twin;
+                                  [endpoint_type."<ml type>"]: ml types of the endpoint profiles
+    profiles/sagemaker/<name>.toml  one SageMaker endpoint profile each, a serving profile whose instance_type is
+                                  an [endpoint_type.*] (a SageMaker stack of its own, no EC2 twin)
+    profiles/sagemaker-hosted.toml  the ml types SageMaker hosts per region (pinned, with its source)
 
 Every error names the file and key and says what to write instead; a profile that cannot work is refused with
 the same messages as gguf_serve.catalog.profiles' validation (memory fit, architecture, MTP, threads, slots, GPU).
@@ -27,7 +32,7 @@ from gguf_serve.catalog import limits, model_facts
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.catalog.hardware import Architecture, Hardware
-from gguf_serve.catalog.hosting import SageMakerHosting
+from gguf_serve.catalog.hosting import HostedTypes, SageMakerHosting
 from gguf_serve.catalog.images import IMAGE_TARGETS, ImageTarget
 from gguf_serve.catalog.lockfile import LockedModel, read_lock
 from gguf_serve.catalog.memory import fit_on, plan_memory, smallest_fit, suggest_card
@@ -56,6 +61,9 @@ class Catalog:
     unlocked_frames: dict[str, ProfileFrame] = field(default_factory=dict)  # skip_unlocked: stack -> its frame
     problems: dict[str, str] = field(default_factory=dict)  # tolerant: profile file or "model <name>" -> why not
     hosting: dict[str, SageMakerHosting] = field(default_factory=dict)  # profiles/sagemaker.toml, by EC2 type
+    endpoint_types: dict[str, SageMakerHosting] = field(default_factory=dict)  # [endpoint_type.*], by ml type
+    endpoint_profiles: dict[str, ServingProfile] = field(default_factory=dict)  # profiles/sagemaker/, by name
+    hosted: HostedTypes = field(default_factory=lambda: HostedTypes("", {}))  # profiles/sagemaker-hosted.toml
 
     def profile_by_stack(self, stack_name: str) -> ServingProfile:
         for p in self.profiles.values():
@@ -112,9 +120,25 @@ def load_catalog(
             w = _tolerate(problems, path, lambda path=path: load_workstation_profile(path, cards=cards, models=models))
             if w is not None:
                 workstation_profiles[path.stem] = w
-    hosting = load_hosting(root / "sagemaker.toml", hardware) if (root / "sagemaker.toml").exists() else {}
+    hosting, endpoint_types = (
+        load_hosting(root / "sagemaker.toml", hardware) if (root / "sagemaker.toml").exists() else ({}, {})
+    )
+    endpoint_hw = {t: h.own_hardware() for t, h in endpoint_types.items()}
+    endpoint_profiles = {}
+    for path in sorted((root / "sagemaker").glob("*.toml")) if endpoint_types else ():
+        if skip_unlocked and _unlocked_model(path, declared_models, models, problems):
+            continue  # its model's own refusal stands for it (the app plans every model)
+        p = _tolerate(problems, path, lambda path=path: load_profile(path, hardware=endpoint_hw, models=models))
+        if p is None:
+            continue
+        if not p.stack_name.endswith("SageMakerStack") or p.stack_name in stacks:
+            raise ProfileError(f"{path}: stack {p.stack_name!r} must be new and end in SageMakerStack")
+        stacks[p.stack_name] = path
+        endpoint_profiles[p.name] = p
+    hosted = load_hosted(root / "sagemaker-hosted.toml") if (root / "sagemaker-hosted.toml").exists() else None
     return Catalog(hardware, models, locks, profiles, root, lock_file, cards, workstation_profiles, unlocked, frames,
-                   problems or {}, hosting)  # fmt: skip
+                   problems or {}, hosting, endpoint_types, endpoint_profiles,
+                   hosted or HostedTypes("", {}))  # fmt: skip
 
 
 def _tolerate(problems: dict[str, str] | None, path: Path, load: Any) -> Any:
@@ -186,20 +210,55 @@ def load_hardware(path: Path) -> dict[str, Hardware]:
     return out
 
 
-def load_hosting(path: Path, hardware: dict[str, Hardware]) -> dict[str, SageMakerHosting]:
-    """[hosting."<EC2 type>"] tables: the SageMaker ml type each serving EC2 type runs on (stacks/sagemaker/)."""
+_ENDPOINT_ONLY = {"architecture", "estimated_tok_s", "estimate_basis"}  # an endpoint type's; a twin has its EC2's
+
+
+def load_hosting(
+    path: Path, hardware: dict[str, Hardware]
+) -> tuple[dict[str, SageMakerHosting], dict[str, SageMakerHosting]]:
+    """[hosting."<EC2 type>"] tables: the SageMaker ml type each serving EC2 type runs on (stacks/sagemaker/), by EC2
+    type; [endpoint_type."<ml type>"] tables: the ml types endpoint profiles name, by ml type."""
     doc = _toml(path)
-    _only(doc, {"hosting"}, _where(path, "(top level)"))
-    out = {}
+    _only(doc, {"hosting", "endpoint_type"}, _where(path, "(top level)"))
+    twins, endpoint_types = {}, {}
     for ec2_type, table in _table(doc.get("hosting", {}), _where(path, "hosting")).items():
         where = _where(path, "hosting", ec2_type)
         _pick(hardware, ec2_type, "instance type", where, "profiles/hardware.toml")
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in _table(table, where).items()}
-        hosting = _build(SageMakerHosting, {"ec2_type": ec2_type, **values}, where)
-        if not hosting.ml_type.startswith("ml.") or hosting.physical_cores > hosting.vcpus:
-            raise ProfileError(f"{where}: ml_type must be an ml.* type and physical_cores at most vcpus")
-        out[ec2_type] = hosting
-    return out
+        _only(values, {f.name for f in fields(SageMakerHosting)} - _ENDPOINT_ONLY - {"ec2_type"}, where)
+        twins[ec2_type] = _check_hosting(_build(SageMakerHosting, {"ec2_type": ec2_type, **values}, where), where)
+    for ml_type, table in _table(doc.get("endpoint_type", {}), _where(path, "endpoint_type")).items():
+        where = _where(path, "endpoint_type", ml_type)
+        values = {"ec2_type": "", "ml_type": ml_type, **_table(table, where)}
+        _enum(Architecture, values.get("architecture"), f"{where}.architecture")
+        if not isinstance(values.get("estimated_tok_s"), int | float) or not values.get("estimate_basis"):
+            raise ProfileError(f"{where}: an endpoint type states estimated_tok_s and its estimate_basis (one line)")
+        endpoint_types[ml_type] = _check_hosting(_build(SageMakerHosting, values, where), where)
+    return twins, endpoint_types
+
+
+def _check_hosting(hosting: SageMakerHosting, where: str) -> SageMakerHosting:
+    if not hosting.ml_type.startswith("ml.") or hosting.physical_cores > hosting.vcpus:
+        raise ProfileError(f"{where}: ml_type must be an ml.* type and physical_cores at most vcpus")
+    return hosting
+
+
+def load_hosted(path: Path) -> HostedTypes:
+    """profiles/sagemaker-hosted.toml: source = "...", then ["<region>"] hosted = [<ml type>, ...]."""
+    doc = _toml(path)
+    source = doc.get("source")
+    if not isinstance(source, str) or not source:
+        raise ProfileError(f"{path}: source is missing: say where the lists come from")
+    regions = {}
+    for region, table in doc.items():
+        if region == "source":
+            continue
+        where = _where(path, region)
+        hosted = _table(table, where).get("hosted")
+        if not isinstance(hosted, list) or not all(isinstance(t, str) and t.startswith("ml.") for t in hosted):
+            raise ProfileError(f"{where}.hosted must be a list of ml.* types")
+        regions[region] = frozenset(hosted)
+    return HostedTypes(source, regions)
 
 
 def _check_ami(ami: dict[str, Any], where: str) -> None:
@@ -364,6 +423,17 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
                                            f"{where}: server.speculative")  # fmt: skip
     if server_doc.get("gpu_layers") == "all":
         server_doc["gpu_layers"] = ALL_LAYERS
+    auto = server_doc.get("n_cpu_moe") == "auto"
+    if auto or server_doc.get("n_cpu_moe") == "all":
+        server_doc["n_cpu_moe"] = 0 if auto else ALL_LAYERS
+    server = _build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"})
+    model = models[doc["model"]]
+    if auto and server.gpu_layers > 0 and model.expert_bytes_per_layer:
+        # the fewest blocks whose experts stay in host RAM for the rest to fit the GPU (as on a workstation)
+        fit = smallest_fit(model, server, frame.hardware)
+        if not fit.fits:
+            raise ProfileError(f"{where}: {_refusal(model, server, frame.hardware, fit, {}, plan_memory)}")
+        server = dataclass_replace(server, n_cpu_moe=fit.n_cpu_moe)
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise ProfileError(f"{where}: description must be a string")
@@ -373,8 +443,8 @@ def load_profile(path: Path, *, hardware: dict[str, Hardware], models: dict[str,
         name=frame.name,
         stack_name=frame.stack_name,
         hardware=frame.hardware,
-        model=models[doc["model"]],
-        server=_build(ServerSettings, server_doc, f"{where}: server", skip={"speculative"}),
+        model=model,
+        server=server,
         image=frame.image,
         fleet=frame.fleet,
         description=description,

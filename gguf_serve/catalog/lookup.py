@@ -38,13 +38,14 @@ class Resolution:
     locked: dict[str, LockResult] = field(default_factory=dict)  # model -> what was written
 
 
-def stack_models(root: Path) -> dict[str, str]:
-    """stack name -> model name, read from profiles/serving/*.toml before anything is built (a file the loader
-    will refuse is left to the loader, which names file and key)."""
+def stack_models(root: Path, folder: str = "serving") -> dict[str, str]:
+    """stack name -> model name, read from profiles/serving/*.toml (or profiles/sagemaker/*.toml: the endpoint
+    profiles) before anything is built (a file the loader will refuse is left to the loader, which names file and
+    key)."""
     from gguf_serve.catalog.loader import _toml
 
     out = {}
-    for path in sorted((root / "serving").glob("*.toml")):
+    for path in sorted((root / folder).glob("*.toml")):
         try:
             doc = _toml(path)
         except ProfileError:
@@ -55,12 +56,12 @@ def stack_models(root: Path) -> dict[str, str]:
     return out
 
 
-def stack_files(root: Path) -> dict[str, Path]:
+def stack_files(root: Path, folder: str = "serving") -> dict[str, Path]:
     """stack name -> its profile file (the file a refusal names)."""
     from gguf_serve.catalog.loader import _toml
 
     out = {}
-    for path in sorted((root / "serving").glob("*.toml")):
+    for path in sorted((root / folder).glob("*.toml")):
         try:
             stack = _toml(path).get("stack")
         except ProfileError:

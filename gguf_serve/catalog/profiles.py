@@ -14,7 +14,7 @@ from typing import Any
 from gguf_serve.catalog.errors import ProfileError
 from gguf_serve.catalog.fleet import FleetSettings
 from gguf_serve.catalog.hardware import GIB, Architecture, Hardware
-from gguf_serve.catalog.images import IMAGE_TARGETS, ImageTarget
+from gguf_serve.catalog.images import IMAGE_TARGETS, ImageTarget, runs_on
 from gguf_serve.catalog.memory import plan_memory
 from gguf_serve.catalog.models import ModelArtifact
 from gguf_serve.container.server import MAX_QUEUE_PER_SLOT, ServerSettings, Speculative
@@ -146,6 +146,8 @@ class ServingProfile:
         hw["architecture"] = Architecture(hw["architecture"])
         img = d["image"]
         img["architecture"] = Architecture(img["architecture"])
+        img["build_args"] = tuple(tuple(pair) for pair in img.get("build_args", ()))
+        img["cuda_architectures"] = tuple(img.get("cuda_architectures", ()))
         srv = d["server"]
         if srv["speculative"] is not None:
             srv["speculative"] = Speculative(**srv["speculative"])
@@ -215,7 +217,14 @@ def _validate(p: ServingProfile) -> None:
             f"{hw.architecture.value}; pick an image target built for {hw.architecture.value}"
         )
     if p.image.accelerator == "cuda" and not hw.has_gpu:
-        raise ProfileError(f"{where}: image 'cuda' needs a GPU instance; {hw.instance_type} has none")
+        raise ProfileError(f"{where}: image {p.image.name!r} needs a GPU instance; {hw.instance_type} has none")
+    if hw.gpu_compute_capability and not runs_on(p.image, hw.gpu_compute_capability):
+        fits = [t.name for t in IMAGE_TARGETS.values() if t.accelerator and runs_on(t, hw.gpu_compute_capability)]
+        raise ProfileError(
+            f"{where}: image {p.image.name!r} is compiled for CUDA compute capability "
+            f"{', '.join(p.image.cuda_architectures)}, and {hw.instance_type}'s {hw.gpu} is "
+            f"{hw.gpu_compute_capability}: its kernels cannot run there; use image {' or '.join(fits) or '(none)'}"
+        )
     if s.gpu_layers > 0 and not hw.has_gpu:
         raise ProfileError(f"{where}: gpu_layers={s.gpu_layers} on {hw.instance_type}, which has no GPU; set 0")
     if s.speculative is not None:

@@ -84,6 +84,7 @@ class ServingCluster(Construct):
         vpc: ec2.IVpc,
         system_architecture: Architecture,
         admin_role_arns: tuple[str, ...] = (),
+        auto_mode_fields: bool = True,
     ) -> None:
         """
         name: the cluster's name (IAM conditions name it, so it is fixed, not generated).
@@ -91,6 +92,8 @@ class ServingCluster(Construct):
         system_architecture: the system nodes' (control_target's architecture: the scalers' image runs there).
         admin_role_arns: IAM roles given cluster-admin through access entries (-c eksAdminRoles); default none: the
             deploying role administers through the kubectl handler only.
+        auto_mode_fields: write Auto Mode's three fields, each disabled (aws_eks_v2 does); False leaves them out of
+            CreateCluster for a region that refuses them (-c eksAutoModeFields=false: docs/first-deploy.md).
         """
         _check(name, admin_role_arns)
         super().__init__(scope, construct_id)
@@ -109,6 +112,10 @@ class ServingCluster(Construct):
             secrets_encryption_key=secrets_key,
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(self, "Kubectl")),
         )
+        if not auto_mode_fields:  # EKS Auto Mode's fields (AWS::EKS::Cluster): absent means off, as written means
+            cfn = self.cluster.node.default_child
+            for path in ("ComputeConfig", "StorageConfig", "KubernetesNetworkConfig.ElasticLoadBalancing"):
+                cfn.add_property_deletion_override(path)  # type: ignore[union-attr]
         for i, arn in enumerate(admin_role_arns):
             eks.AccessEntry(
                 self,

@@ -50,6 +50,7 @@ class EksServingStack(Stack):
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
         debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
         admin_role_arns: tuple[str, ...] = (),
+        auto_mode_fields: bool = True,
         **kwargs,
     ) -> None:
         """plans: the serving profiles this cluster serves, one node group each (-c eksProfiles), each with the deploy
@@ -69,7 +70,7 @@ class EksServingStack(Stack):
         control = control_target([p.image for p in profiles])
         self.serving = ServingCluster(
             self, "Cluster", name=construct_id, vpc=network.vpc, system_architecture=control.architecture,
-            admin_role_arns=admin_role_arns,
+            admin_role_arns=admin_role_arns, auto_mode_fields=auto_mode_fields,
         )  # fmt: skip
         images: dict[str, ImageBuild] = {}
         image_scope = Construct(self, "Image")  # one in-region build per image target the profiles use

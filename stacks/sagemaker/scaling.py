@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
+from gguf_serve.container.metrics import names
+from gguf_serve.container.sagemaker.emf import DIM_ENDPOINT, DIM_VARIANT
 from stacks.errors import PropsError
+from stacks.options import SAGEMAKER_SCALING_METRICS
 
 # A scale-in stops an instance with SIGTERM and SIGKILL 30 s later: a stream still running then is cut. A long
 # cooldown keeps scale-ins rare; the cut-streams alarm counts any (stacks/sagemaker/monitoring.py).
@@ -45,12 +49,20 @@ class EndpointScaling(Construct):
         min_instances: int,
         max_instances: int,
         target_concurrency: float,
+        target_busy_percent: float = 70.0,
+        metric: str = "concurrency",
     ) -> None:
         """
         endpoint_name, variant_name: the variant to scale; endpoint: the CfnEndpoint the target waits for.
         min_instances, max_instances: the variant's instance count bounds (fleet.min_capacity, max_capacity), 1 up.
         target_concurrency: concurrent requests per instance to hold (slots x target_busy_slot_ratio), above 0.
+        target_busy_percent: the busy-slot share to hold with metric "slots" (target_busy_slot_ratio x 100).
+        metric: "concurrency" (SageMaker's high-resolution ConcurrentRequestsPerModel, default) or "slots" (the
+            container's SlotsBusyRatio from its log, -c sagemakerScalingMetric=slots: where the high-resolution
+            predefined metric is refused).
         """
+        if metric not in SAGEMAKER_SCALING_METRICS:
+            raise PropsError(f"endpoint scaling: metric {metric!r}; use one of {', '.join(SAGEMAKER_SCALING_METRICS)}")
         if not 1 <= min_instances <= max_instances:
             raise PropsError(f"endpoint scaling: need 1 <= min {min_instances} <= max {max_instances} instances")
         if not target_concurrency > 0:
@@ -70,10 +82,25 @@ class EndpointScaling(Construct):
             role=iam.Role.from_role_arn(self, "ServiceLinkedRole", role_arn, mutable=False),
         )
         self.target.node.add_dependency(endpoint)
-        self.target.scale_to_track_metric(
-            "ConcurrentRequests",
-            target_value=target_concurrency,
-            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_CONCURRENT_REQUESTS_PER_MODEL_HIGH_RESOLUTION,
-            scale_in_cooldown=SCALE_IN_COOLDOWN,
-            scale_out_cooldown=SCALE_OUT_COOLDOWN,
-        )
+        if metric == "concurrency":
+            self.target.scale_to_track_metric(
+                "ConcurrentRequests",
+                target_value=target_concurrency,
+                predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_CONCURRENT_REQUESTS_PER_MODEL_HIGH_RESOLUTION,
+                scale_in_cooldown=SCALE_IN_COOLDOWN,
+                scale_out_cooldown=SCALE_OUT_COOLDOWN,
+            )
+        else:
+            # The container's own gauge (gguf_serve/container/sagemaker/emf.py): the variant's mean busy-slot share,
+            # a standard-resolution metric (one datum per instance a minute), as on EC2.
+            busy = cloudwatch.Metric(
+                namespace=names.NAMESPACE, metric_name=names.SLOTS_BUSY_RATIO, statistic="Average",
+                dimensions_map={DIM_ENDPOINT: endpoint_name, DIM_VARIANT: variant_name}, period=Duration.minutes(1),
+            )  # fmt: skip
+            self.target.scale_to_track_metric(
+                "BusySlots",
+                target_value=target_busy_percent,
+                custom_metric=busy,
+                scale_in_cooldown=SCALE_IN_COOLDOWN,
+                scale_out_cooldown=SCALE_OUT_COOLDOWN,
+            )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import Annotations, Aspects, Aws, CfnOutput, Stack
+from dataclasses import replace
+
+from aws_cdk import Aspects, Aws, CfnOutput, Stack
 from constructs import Construct
 
 from gguf_serve.catalog import ServingProfile
@@ -34,14 +36,20 @@ class SageMakerStack(Stack):
         image_build_args: dict[str, str] | None = None,
         arm64_builder: str = DEFAULT_ARM64_BUILDER,
         debian_mirrors: tuple[str, ...] = DEFAULT_DEBIAN_MIRRORS,
+        scaling_metric: str = "concurrency",
+        inference_ami: bool = True,
         **kwargs,
     ) -> None:
+        """scaling_metric: -c sagemakerScalingMetric (stacks/sagemaker/scaling.py); inference_ami: false leaves the
+        GPU variant's InferenceAmiVersion out (-c sagemakerInferenceAmi=false). The others are the EC2 stacks'."""
         super().__init__(
             scope, construct_id, description=f"SageMaker {hosting.ml_type}: {profile.description}", **kwargs
         )
         self._azs = availability_zones
-        self._acknowledge(hosting)
+        self._acknowledge()
         plan, f, runtime = plan_sagemaker(profile, hosting), profile.fleet, profile.runtime()
+        if not inference_ami:
+            plan = replace(plan, inference_ami=None)
         network = EndpointNetwork(self, "Network", cidr=f.network.vpc_cidr, max_azs=f.network.max_azs)
         cache = ModelCache(self, "ModelCache", access_logs=AccessLogs(self, "AccessLogs").bucket)
         image = ImageBuild(
@@ -63,6 +71,7 @@ class SageMakerStack(Stack):
             self, "Scaling", endpoint_name=endpoint.endpoint_name, variant_name=endpoint.variant_name,
             endpoint=endpoint.endpoint, min_instances=plan.min_instances, max_instances=plan.max_instances,
             target_concurrency=plan.target_concurrency,
+            target_busy_percent=round(100 * f.scaling.target_busy_slot_ratio, 1), metric=scaling_metric,
         )  # fmt: skip
         self.monitoring = EndpointMonitoring(
             self, "Monitoring", name=self.stack_name, endpoint_name=endpoint.endpoint_name,
@@ -72,20 +81,13 @@ class SageMakerStack(Stack):
         self.profile, self.hosting, self.plan, self.endpoint, self.staging = profile, hosting, plan, endpoint, staging
         self._outputs(endpoint)
 
-    def _acknowledge(self, hosting: SageMakerHosting) -> None:
+    def _acknowledge(self) -> None:
         acknowledge(
             self,
             "CloudFormation-Validate::W3010",
             "Zones are pinned on purpose in cdk.context.json: no lookup at synth.",
         )
         Aspects.of(self).add(CheckovAcknowledgements())
-        if not self.region.startswith("${Token") and self.region not in hosting.listed_regions:
-            # Information, not a warning: every synth builds every stack, and an EC2 deploy need not hear it.
-            Annotations.of(self).add_info(
-                f"{hosting.ml_type} is not in the hosting list cfn-lint 1.58 derives from the AWS Pricing API for "
-                f"{self.region} (profiles/sagemaker.toml); run gguf-serve-preflight {self.stack_name}, which reads "
-                f"this account's endpoint-usage quota for {hosting.ml_type}, before deploying"
-            )
 
     def _outputs(self, endpoint: SageMakerEndpoint) -> None:
         CfnOutput(

@@ -19,6 +19,7 @@ from gguf_serve.catalog.hosting import (
     sagemaker_stack_name,
 )
 from gguf_serve.catalog.loader import load_catalog
+from gguf_serve.container.flags import llama_server_args
 from tests.catalog.stand_in import ROOT
 from tests.committed import CATALOG, PROFILES
 
@@ -111,4 +112,63 @@ def test_a_bad_hosting_table_names_file_key_and_fix(profiles, old, new, match):
 
 def test_without_the_file_there_is_no_sagemaker_family(profiles):
     (profiles / "sagemaker.toml").unlink()
-    assert load_catalog(profiles, skip_unlocked=True).hosting == {}
+    catalog = load_catalog(profiles, skip_unlocked=True)
+    assert catalog.hosting == {} and catalog.endpoint_profiles == {}
+
+
+# --- which region hosts which type, and the endpoint profiles Ningxia gets ------------------------------------------
+
+CHINA = ("cn-northwest-1", "cn-north-1")
+
+
+def test_the_pinned_hosting_lists_are_the_installed_cfn_lints():
+    """profiles/sagemaker-hosted.toml is a copy: held to the file of the cfn-lint the scan tier runs."""
+    import importlib.metadata
+    import json
+
+    import cfnlint
+
+    data = Path(cfnlint.__file__).parent / "data/schemas/extensions/aws_sagemaker_hosting/instancetype_enum.json"
+    upstream = json.loads(data.read_text())
+    assert CATALOG.hosted.regions == {r: frozenset(upstream[r]["enum"]) for r in CHINA}
+    assert importlib.metadata.version("cfn-lint") in CATALOG.hosted.source
+
+
+def test_no_twin_type_is_hosted_in_ningxia_and_only_the_mtp_one_in_beijing():
+    twins = {h.ml_type for h in CATALOG.hosting.values()}
+    assert not [t for t in twins if CATALOG.hosted.hosts("cn-northwest-1", t)]
+    assert [t for t in twins if CATALOG.hosted.hosts("cn-north-1", t)] == ["ml.g5.xlarge"]
+    assert CATALOG.hosted.hosts("eu-west-1", "ml.g5.xlarge") is None  # not pinned: unknown, never "no"
+
+
+def test_each_endpoint_type_is_hosted_in_both_china_regions_known_to_the_sdk_and_estimated():
+    import botocore.session
+
+    known = set(botocore.session.get_session().get_service_model("sagemaker").shape_for(
+        "ProductionVariantInstanceType").enum)  # fmt: skip
+    assert set(CATALOG.endpoint_types) == {"ml.c5.9xlarge", "ml.g4dn.2xlarge"}
+    for ml_type, t in CATALOG.endpoint_types.items():
+        assert all(CATALOG.hosted.hosts(r, ml_type) for r in CHINA) and ml_type in known
+        assert t.price_is_estimate and t.estimated_tok_s and t.estimate_basis
+
+
+def test_the_endpoint_profiles_serve_the_moe_on_cpu_and_on_a_t4_with_experts_in_host_ram():
+    cpu, gpu = CATALOG.endpoint_profiles["c5-moe"], CATALOG.endpoint_profiles["g4dn-moe"]
+    assert (cpu.stack_name, cpu.hardware.instance_type, cpu.threads) == ("C5MoeSageMakerStack", "ml.c5.9xlarge", 18)
+    assert cpu.model.name == gpu.model.name == "Qwen3.6-35B-A3B" and not cpu.mtp and not gpu.mtp
+    assert gpu.image.name == "cuda-t4" and gpu.on_gpu
+    plan = gpu.memory_plan()
+    assert 0 < gpu.server.n_cpu_moe < 40 and plan["cpu_experts"] > 0  # "auto": some blocks' experts stay on the host
+    fewer = gpu.with_server  # one block fewer on the host no longer fits the T4
+    with pytest.raises(ProfileError, match="of NVIDIA T4 memory"):
+        fewer(n_cpu_moe=gpu.server.n_cpu_moe - 1)
+    args = llama_server_args(gpu.runtime(), "/opt/ml/model/m.gguf")
+    assert args[args.index("--n-cpu-moe") + 1] == str(gpu.server.n_cpu_moe)
+
+
+def test_an_image_for_a_newer_gpu_is_refused_on_the_t4_with_the_one_that_runs():
+    gpu = CATALOG.endpoint_profiles["g4dn-moe"]
+    from gguf_serve.catalog.images import IMAGE_TARGETS
+
+    with pytest.raises(ProfileError, match=r"compiled for CUDA compute capability 86.*is 7.5.*use image cuda-t4"):
+        replace(gpu, image=IMAGE_TARGETS["cuda"])

@@ -144,7 +144,8 @@ def test_synth_opens_no_socket_when_every_model_is_listing_locked(tmp_path: Path
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", DOWN)  # were a lookup attempted, it would be refused here, loudly
-    app = build_app({**cli_context(), "modelLock": str(lock)}, config_file=tmp_path / "absent.toml")
+    context = {**cli_context(), "modelLock": str(lock), "sagemakerUnlistedTypes": "true"}  # every stack synthesizes
+    app = build_app(context, config_file=tmp_path / "absent.toml")
     app.synth()
     assert opened == [] and lock.read_bytes() == before
     assert all(_errors(app, s) == [] for s in ("GpuMtpStack", "GravitonMoeStack", "IntelMoeStack"))

@@ -150,7 +150,8 @@ class TestEachStack:
 def test_stacks_named_as_users_type_them(committed):
     ec2 = ["GravitonMoeStack", "IntelMoeStack", "GpuMtpStack", "GravitonMoeHeadroomStack"]
     sagemaker = [name.removesuffix("Stack") + "SageMakerStack" for name in ec2]  # docs/sagemaker.md
-    assert committed.stacks == sorted(ec2 + sagemaker)
+    endpoints = ["C5MoeSageMakerStack", "G4dnMoeSageMakerStack"]  # profiles/sagemaker/: Ningxia's hosted types
+    assert committed.stacks == sorted(ec2 + sagemaker + endpoints)
     assert {p.stack_name for p in PROFILES.values()} == set(STACK_NAMES)
 
 

@@ -6,6 +6,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
+from gguf_serve.catalog.hardware import Architecture
 from stacks.eks.cluster import ServingCluster
 from stacks.eks.nodes import ami_type
 from stacks.eks.stack import EksServingStack
@@ -14,13 +15,15 @@ from stacks.options import DeployOptions
 from stacks.plan import plan_service
 from tests.committed import PROFILES
 
+ARM64 = Architecture.ARM64
+
 
 def test_an_admin_that_is_not_a_role_arn_is_refused(stack: cdk.Stack):
     vpc = ec2.Vpc(stack, "Vpc")
     with pytest.raises(PropsError, match="eksAdminRoles: 'alice' is not an IAM role ARN"):
-        ServingCluster(stack, "Cluster", name="c", vpc=vpc, admin_role_arns=("alice",))
+        ServingCluster(stack, "Cluster", name="c", vpc=vpc, system_architecture=ARM64, admin_role_arns=("alice",))
     with pytest.raises(PropsError, match="cluster name"):
-        ServingCluster(stack, "Cluster2", name="bad name", vpc=vpc)
+        ServingCluster(stack, "Cluster2", name="bad name", vpc=vpc, system_architecture=ARM64)
 
 
 def test_the_stack_needs_profiles_named_once(stack: cdk.Stack):

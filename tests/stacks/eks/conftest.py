@@ -14,7 +14,7 @@ import pytest
 from stacks.app import build_app
 from stacks.eks.stack import STACK_NAME
 from tests.conftest import cdk_context
-from tests.stacks.conftest import CERT
+from tests.whole_app import CERT
 
 ADMIN = "arn:aws-cn:iam::111122223333:role/platform-admins"
 PROFILES = ("graviton-moe", "intel-moe", "gpu-mtp")  # arm64, x86-64 and CUDA images on one cluster

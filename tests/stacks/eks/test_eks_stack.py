@@ -117,3 +117,18 @@ def test_checkov_finds_nothing_unreasoned(eks_assembly, tmp_path):
     report = json.loads(out.stdout)
     assert report["results"]["failed_checks"] == []
     assert report["summary"]["passed"] > 400
+
+
+def test_the_auto_mode_fields_can_be_left_out_of_create_cluster(tmp_path):
+    """-c eksAutoModeFields=false (docs/first-deploy.md, "Refused late"): the three fields are gone, nothing else."""
+    from stacks.app import build_app
+    from stacks.eks.stack import STACK_NAME
+    from tests.conftest import cdk_context
+
+    context = {**cdk_context(), "eksProfiles": "graviton-moe", "eksAutoModeFields": "false"}
+    app = build_app(context, config_file=tmp_path / "absent.toml", stack_names=[STACK_NAME])
+    template = app.synth().get_stack_by_name(STACK_NAME).template
+    [cluster] = resources(template, "AWS::EKS::Cluster").values()
+    assert not {"ComputeConfig", "StorageConfig"} & set(cluster)
+    assert cluster["KubernetesNetworkConfig"] == {"IpFamily": "ipv4"}
+    assert cluster["AccessConfig"]["AuthenticationMode"] == "API"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from aws_cdk.assertions import Annotations, Match
 
 from gguf_serve.catalog.hosting import sagemaker_profile, sagemaker_stack_name
 from gguf_serve.container.fetch.s3cache import S3Cache
@@ -78,24 +77,61 @@ def test_the_image_is_the_ec2_stacks_image(assembly):
         assert tags[0] == tags[1], ec2_name  # one image for both targets
 
 
-def test_a_type_missing_from_the_regions_hosting_list_is_said_not_refused(tmp_path):
-    for region, warned in (("cn-northwest-1", True), ("cn-north-1", False)):
-        app = build_app(
-            {**cdk_context(), "region": region}, config_file=tmp_path / "absent.toml",
-            stack_names=["GpuMtpSageMakerStack"],
-        )  # fmt: skip
-        found = Annotations.from_stack(app.node.find_child("GpuMtpSageMakerStack")).find_info(
-            "*", Match.string_like_regexp("ml.g5.xlarge is not in the hosting list")
-        )
-        assert bool(found) is warned, region
+def test_a_stack_on_a_type_its_region_does_not_host_is_refused_naming_the_stacks_that_serve_its_model(tmp_path):
+    ningxia = plan_app({**cdk_context()}, config_file=tmp_path / "absent.toml")
+    beijing = plan_app({**cdk_context(), "region": "cn-north-1"}, config_file=tmp_path / "absent.toml")
+    anyway = plan_app({**cdk_context(), "sagemakerUnlistedTypes": "true"}, config_file=tmp_path / "absent.toml")
+    twins = [sagemaker_stack_name(n) for n in STACK_NAMES]
+    endpoints = ["C5MoeSageMakerStack", "G4dnMoeSageMakerStack"]
+    for plan in (ningxia, beijing, anyway):
+        build_app(cdk_context(), plan=plan, annotate_refusals=False)  # the SageMaker refusals join the plan's
+    assert sorted(ningxia.refusals) == sorted(twins)
+    assert sorted(beijing.refusals) == sorted(t for t in twins if t != "GpuMtpSageMakerStack")  # ml.g5 in Beijing
+    assert anyway.refusals == {}
+    why = ningxia.refusals["GravitonMoeSageMakerStack"]
+    assert "ml.c8g.4xlarge is not hosted in cn-northwest-1" in why and "sagemakerUnlistedTypes=true" in why
+    assert all(f"{e} (ml." in why for e in endpoints)  # the stacks that serve the 35B-A3B there
+    assert "no SageMaker stack of this app serves Qwen3.6-27B" in ningxia.refusals["GpuMtpSageMakerStack"]
+
+
+def test_the_cli_refuses_the_unhosted_stack_and_synthesizes_the_hosted_one(tmp_path):
+    app = build_app(cdk_context(), config_file=tmp_path / "absent.toml",
+                    stack_names=["GravitonMoeSageMakerStack", "C5MoeSageMakerStack"])  # fmt: skip
+
+    def errors(name: str) -> list[str]:  # read before synth: in-process synth fails on the first one
+        return [str(m.data) for m in app.node.find_child(name).node.metadata if m.type == "aws:cdk:error"]
+
+    assert any("ml.c8g.4xlarge is not hosted in cn-northwest-1" in e for e in errors("GravitonMoeSageMakerStack"))
+    assert errors("C5MoeSageMakerStack") == []
 
 
 def test_a_model_without_a_pinned_sha256_refuses_only_its_sagemaker_stack(tmp_path):
     committed = ROOT / "profiles" / "models.lock.toml"  # the 27B is typed there, without a sha256
-    ctx = {**cdk_context(), MODEL_LOCK_CONTEXT: str(committed.relative_to(ROOT))}
+    ctx = {**cdk_context(), MODEL_LOCK_CONTEXT: str(committed.relative_to(ROOT)), "sagemakerUnlistedTypes": "true"}
     names = ["GpuMtpSageMakerStack", "GravitonMoeSageMakerStack"]
     plan = plan_app(ctx, config_file=tmp_path / "absent.toml", stack_names=names)
     build_app(ctx, plan=plan, annotate_refusals=False)  # the SageMaker stacks' refusals go to the plan's
     refusals = plan.refusals
     assert list(refusals) == ["GpuMtpSageMakerStack"]
     assert refusals["GpuMtpSageMakerStack"].startswith("GpuMtpSageMakerStack: model Qwen3.6-27B")
+
+
+def test_the_late_refusal_fallbacks_scale_on_busy_slots_and_name_no_ami_version(whole_apps, committed):
+    """Beijing's set: sagemakerScalingMetric=slots, sagemakerInferenceAmi=false (docs/first-deploy.md)."""
+    beijing = whole_apps["beijing-cost-saver"].template("GpuMtpSageMakerStack")
+    default = committed.template("GpuMtpSageMakerStack")
+    for template, ami, metric in ((default, True, "predefined"), (beijing, False, "custom")):
+        [config] = [r["Properties"] for r in template["Resources"].values()
+                    if r["Type"] == "AWS::SageMaker::EndpointConfig"]  # fmt: skip
+        assert ("InferenceAmiVersion" in config["ProductionVariants"][0]) is ami
+        [policy] = [r["Properties"] for r in template["Resources"].values()
+                    if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy"]  # fmt: skip
+        tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+        if metric == "predefined":
+            kind = tracking["PredefinedMetricSpecification"]["PredefinedMetricType"]
+            assert kind == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+        else:
+            custom = tracking["CustomizedMetricSpecification"]
+            assert custom["MetricName"] == "SlotsBusyRatio" and custom["Namespace"] == "GgufServe/LlamaServer"
+            assert {d["Name"] for d in custom["Dimensions"]} == {"EndpointName", "VariantName"}
+            assert tracking["TargetValue"] == 70.0  # the profile's target_busy_slot_ratio, as a percentage

@@ -34,7 +34,8 @@ def ami_type(hardware: Hardware) -> eks.NodegroupAmiType:
 
 
 class ServingNodes(Construct):
-    """Exposes `nodegroup`."""
+    """Exposes `nodegroup` (the group the scaler sizes: the Spot group on Spot) and `floor` (on Spot, the On-Demand
+    group that holds the profile's minimum; None otherwise), and `groups` (both, or the one)."""
 
     def __init__(
         self,
@@ -46,17 +47,20 @@ class ServingNodes(Construct):
         hardware: Hardware,
         volume: RootVolume,
         spot: bool = False,
+        spot_instance_types: tuple[str, ...] = (),
     ) -> None:
         """
         cluster: the serving cluster.
         workload: the profile's pod (its name labels and taints the nodes, its model sizes the data volume).
         hardware: the instance type and architecture.
         volume: the data volume's throughput and IOPS, the image headroom.
-        spot: Spot nodes (stacks/plan.py decides: CPU profiles only); default On-Demand.
+        spot: Spot nodes above an On-Demand floor (stacks/plan.py decides: CPU profiles only); default On-Demand.
+        spot_instance_types: the Spot group's other types (the profile's fleet.spot_instance_types, of the same
+            shape: checked at load), beside the profile's own.
         """
         super().__init__(scope, construct_id)
         data_gib = workload.model_gib + volume.image_headroom_gib
-        template = ec2.LaunchTemplate(
+        self._template = ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
             require_imdsv2=True,
@@ -75,21 +79,44 @@ class ServingNodes(Construct):
                 )
             ],
         )
-        self.nodegroup = eks.Nodegroup(
+        self._cluster, self._workload, self._hardware = cluster, workload, hardware
+        self._role = node_role(self)
+        most = workload.max_replicas + 1  # a rollout's surge pod needs a node of its own
+        self.floor: eks.Nodegroup | None = None
+        if spot:
+            # As the EC2 stacks do (stacks/fleet.py): the pods a deploy waits for on On-Demand nodes, so an empty
+            # Spot pool never stalls it, and the rest on Spot over several types of the same shape. A managed node
+            # group has one capacity type ("Managed node group capacity types", Amazon EKS User Guide,
+            # docs.amazonaws.cn), so the floor is a group of its own, at a fixed size; the scaler sizes the Spot one.
+            floor = workload.min_replicas
+            self.floor = self._group("Nodegroup", eks.CapacityType.ON_DEMAND, (), floor, floor, floor)
+            types = tuple(dict.fromkeys((hardware.instance_type, *spot_instance_types)))
+            self.nodegroup = self._group("SpotNodegroup", eks.CapacityType.SPOT, types[1:], 0, 0, most - floor)
+        else:
+            self.nodegroup = self._group(
+                "Nodegroup", eks.CapacityType.ON_DEMAND, (), workload.min_replicas, workload.min_replicas, most
+            )
+        self.groups = tuple(g for g in (self.floor, self.nodegroup) if g is not None)
+
+    def _group(
+        self, construct_id: str, capacity: eks.CapacityType, others: tuple[str, ...], low: int, desired: int, high: int
+    ) -> eks.Nodegroup:
+        w = self._workload
+        return eks.Nodegroup(
             self,
-            "Nodegroup",
-            cluster=cluster,
-            node_role=node_role(self),
-            instance_types=[ec2.InstanceType(hardware.instance_type)],
-            ami_type=ami_type(hardware),
-            capacity_type=eks.CapacityType.SPOT if spot else eks.CapacityType.ON_DEMAND,
+            construct_id,
+            cluster=self._cluster,
+            node_role=self._role,
+            instance_types=[ec2.InstanceType(t) for t in (self._hardware.instance_type, *others)],
+            ami_type=ami_type(self._hardware),
+            capacity_type=capacity,
             launch_template_spec=eks.LaunchTemplateSpec(
-                id=template.launch_template_id or "", version=template.latest_version_number
+                id=self._template.launch_template_id or "", version=self._template.latest_version_number
             ),
-            min_size=workload.min_replicas,
-            desired_size=workload.min_replicas,
-            max_size=workload.max_replicas + 1,  # a rollout's surge pod needs a node of its own
-            labels={PROFILE_LABEL: workload.name},
-            taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=PROFILE_LABEL, value=workload.name)],
+            min_size=low,
+            desired_size=desired,
+            max_size=high,
+            labels={PROFILE_LABEL: w.name},
+            taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=PROFILE_LABEL, value=w.name)],
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )

@@ -23,7 +23,8 @@ class ScalerDeploy:
     api_key_secret_arn: str
     service_account: str  # IRSA: the secret, eks:DescribeNodegroup, the Auto Scaling group
     cluster: str
-    nodegroup: str
+    nodegroup: str  # the group the scaler sizes (on Spot: the Spot group)
+    fixed_nodes: int = 0  # nodes of the profile outside that group (on Spot: the On-Demand floor)
 
 
 def scaler_name(w: ServingWorkload) -> str:
@@ -78,6 +79,7 @@ def _deployment(w: ServingWorkload, d: ScalerDeploy, selector: dict[str, str]) -
     scale += ["--min", str(w.min_replicas), "--max", str(w.max_replicas)]
     scale += ["--target-busy-ratio", str(w.target_busy_ratio), "--deferred-step", str(w.deferred_step)]
     scale += ["--key-file", KEY_FILE, "--cluster", d.cluster, "--nodegroup", d.nodegroup, "--region", d.region]
+    scale += ["--fixed-nodes", str(d.fixed_nodes)] if d.fixed_nodes else []
     hardened = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
     env = region_env(d.region) + [{"name": "HOME", "value": POD_TMP}]
     mounts = [{"name": "run", "mountPath": RUN_VOLUME}, {"name": "tmp", "mountPath": POD_TMP}]

@@ -101,8 +101,9 @@ class EksServingStack(Stack):
         profile, f = plan.profile, plan.fleet
         assert profile is not None  # _check refused a plan without one
         nodes = ServingNodes(
-            scope, "Nodes", cluster=cluster, workload=w, hardware=profile.hardware, volume=f.volume, spot=plan.spot
-        )
+            scope, "Nodes", cluster=cluster, workload=w, hardware=profile.hardware, volume=f.volume, spot=plan.spot,
+            spot_instance_types=plan.capacity.spot_instance_types,
+        )  # fmt: skip
         pods = self._account(scope, "PodRole", w.name)
         self.api_key.secret.grant_read(pods)
         objects = self.cache.bucket.arn_for_objects(f"{self.cache.prefix}*")
@@ -139,6 +140,7 @@ class EksServingStack(Stack):
             image=control.image_uri, architecture=kube_arch(control.target.architecture), region=self.region,
             api_key_secret_arn=self.api_key.secret.secret_arn, service_account=scaler_name(w),
             cluster=cluster.cluster_name, nodegroup=nodes.nodegroup.nodegroup_name,
+            fixed_nodes=0 if nodes.floor is None else w.min_replicas,  # the On-Demand floor, outside the scaled group
         )  # fmt: skip
         cluster.add_manifest(f"{profile.name}-scaler", *scaler_objects(w, scaler_deploy)).node.add_dependency(
             scaler, workload, control.build
@@ -154,9 +156,12 @@ class EksServingStack(Stack):
             "@aws-cdk/aws-elbv2:targetGroupSpecifyTargetTypeForEmptyTargetGroup", "TargetType set to instance above"
         )
         lb.security_group.connections.allow_to(cluster.cluster_security_group, ec2.Port.tcp(port), "NodePort")
-        NodegroupTargets(
-            scope, "Targets", cluster_name=cluster.cluster_name, nodegroup=nodes.nodegroup, target_group=lb.target_group
-        )
+        for group in nodes.groups:  # the Spot group's and the On-Demand floor's nodes alike
+            suffix = "" if group is nodes.groups[0] else "Spot"
+            NodegroupTargets(
+                scope, f"Targets{suffix}", cluster_name=cluster.cluster_name, nodegroup=group,
+                target_group=lb.target_group,
+            )  # fmt: skip
         self.load_balancers[profile.name] = lb
         CfnOutput(
             scope, "EndpointUrl", value=f"{lb.url}/v1", description=f"{profile.name}: OpenAI-compatible URL (VPC)"

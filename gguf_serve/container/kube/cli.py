@@ -55,7 +55,7 @@ def _scale(args: argparse.Namespace) -> int:
     scaler = Scaler(
         api=api, namespace=args.namespace, deployment=args.deployment, selector=args.selector, policy=policy,
         api_key=lambda: key_file.read_text().strip() if key_file else None, port=args.port, nodes=nodes,
-        node_selector=f"eks.amazonaws.com/nodegroup={args.nodegroup}",
+        node_selector=f"eks.amazonaws.com/nodegroup={args.nodegroup}", fixed_nodes=args.fixed_nodes,
     )  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -100,6 +100,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--key-file", type=Path, help="the API key file (the pods' /metrics need the key)")
     c.add_argument("--cluster", help="EKS cluster name (with --nodegroup)")
     c.add_argument("--nodegroup", help="managed node group whose nodes follow the pods (none: pods only)")
+    c.add_argument(
+        "--fixed-nodes", type=int, default=0,
+        help="the profile's nodes outside --nodegroup, always there (an On-Demand floor beside a Spot group)",
+    )  # fmt: skip
     c.add_argument("--region")
     c.add_argument("--api-server", help="API server URL without TLS or token (tests); default: in-cluster")
     c.set_defaults(func=_scale)

@@ -135,6 +135,7 @@ class Scaler:
     port: int
     nodes: NodeGroup | None = None
     node_selector: str = ""  # the node group's nodes (eks.amazonaws.com/nodegroup=<name>)
+    fixed_nodes: int = 0  # the profile's nodes outside `nodes` (an On-Demand floor beside a Spot group)
 
     def __post_init__(self) -> None:
         self.stabilizer = Stabilizer(self.policy.scale_in_after_s)
@@ -196,6 +197,7 @@ class Scaler:
         """`need`: nodes for the pods wanted and those still starting (a rollout's surge); `pods`: every serving pod,
         terminating ones too: a node whose pod drains is not empty."""
         assert self.nodes is not None
+        need = max(0, need - self.fixed_nodes)  # the floor's nodes hold that many pods; the group the rest
         desired, most = self.nodes.size()
         if need > desired:
             size = min(need, most)

@@ -236,3 +236,21 @@ def test_a_node_whose_pod_is_still_draining_is_not_taken_and_a_surge_pod_gets_a_
     kube.replicas = 2
     scaler.step(now=time.time())
     assert asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["DesiredCapacity"] == 3
+
+
+def test_with_an_on_demand_floor_the_spot_group_holds_only_the_pods_above_it(cluster, group):
+    """Spot on EKS (stacks/eks/nodes.py): the floor's node holds one pod; three wanted grow the Spot group to two."""
+    from dataclasses import replace
+
+    kube, pods, port = cluster
+    asg, nodes = group
+    asg.update_auto_scaling_group(AutoScalingGroupName="eks-ng-1234", MinSize=0, DesiredCapacity=0)
+    pods[0].processing, pods[0].deferred = 2, 1
+    scaler = replace(_scaler(kube, port, nodes), fixed_nodes=1)
+    assert scaler.step(now=time.time()) == 3
+    assert asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["DesiredCapacity"] == 2
+    without = replace(_scaler(kube, port, nodes), fixed_nodes=0)  # negative control: no floor counted
+    pods[0].processing = pods[0].deferred = 0  # quiet: the three pods stay (the scale-in window), none added
+    kube.replicas = 3
+    without.step(now=time.time())
+    assert asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["DesiredCapacity"] == 3

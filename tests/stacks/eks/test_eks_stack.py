@@ -119,16 +119,40 @@ def test_checkov_finds_nothing_unreasoned(eks_assembly, tmp_path):
     assert report["summary"]["passed"] > 400
 
 
-def test_the_auto_mode_fields_can_be_left_out_of_create_cluster(tmp_path):
-    """-c eksAutoModeFields=false (docs/first-deploy.md, "Refused late"): the three fields are gone, nothing else."""
+@pytest.fixture(scope="module")
+def spot_cluster(tmp_path_factory) -> dict:
+    """A second cluster synth: -c spot=true and -c eksAutoModeFields=false, the Graviton profile alone."""
     from stacks.app import build_app
     from stacks.eks.stack import STACK_NAME
     from tests.conftest import cdk_context
 
-    context = {**cdk_context(), "eksProfiles": "graviton-moe", "eksAutoModeFields": "false"}
-    app = build_app(context, config_file=tmp_path / "absent.toml", stack_names=[STACK_NAME])
-    template = app.synth().get_stack_by_name(STACK_NAME).template
-    [cluster] = resources(template, "AWS::EKS::Cluster").values()
+    context = {**cdk_context(), "eksProfiles": "graviton-moe", "spot": "true", "eksAutoModeFields": "false"}
+    app = build_app(context, config_file=tmp_path_factory.mktemp("spot") / "absent.toml", stack_names=[STACK_NAME])
+    return app.synth().get_stack_by_name(STACK_NAME).template
+
+
+def test_the_auto_mode_fields_can_be_left_out_of_create_cluster(spot_cluster):
+    """-c eksAutoModeFields=false (docs/first-deploy.md, "Refused late"): the three fields are gone, nothing else."""
+    [cluster] = resources(spot_cluster, "AWS::EKS::Cluster").values()
     assert not {"ComputeConfig", "StorageConfig"} & set(cluster)
     assert cluster["KubernetesNetworkConfig"] == {"IpFamily": "ipv4"}
     assert cluster["AccessConfig"]["AuthenticationMode"] == "API"
+
+
+def test_on_spot_a_profile_gets_an_on_demand_floor_and_a_spot_group_of_several_types(spot_cluster):
+    groups = [g for g in resources(spot_cluster, "AWS::EKS::Nodegroup").values()
+              if g.get("Labels", {}).get(PROFILE_LABEL) == "graviton-moe"]  # fmt: skip
+    by_type = {g["CapacityType"]: g for g in groups}
+    assert set(by_type) == {"ON_DEMAND", "SPOT"}
+    floor, spot = by_type["ON_DEMAND"], by_type["SPOT"]
+    assert floor["ScalingConfig"] == {"MinSize": 1, "DesiredSize": 1, "MaxSize": 1}  # the profile's minimum
+    assert spot["ScalingConfig"]["MinSize"] == 0 and spot["ScalingConfig"]["MaxSize"] == 4  # the rest, and a surge
+    assert spot["InstanceTypes"] == ["c8g.4xlarge", "m8g.4xlarge"]  # fleet.spot_instance_types, as on EC2
+    objects = kube_objects(spot_cluster)
+    [scaler] = [o for o in objects if o["kind"] == "Deployment" and "scaler" in o["metadata"]["name"]]
+    command = scaler["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--fixed-nodes") + 1] == "1"  # it sizes the Spot group for the pods above the floor
+    [spot_id] = [k for k, v in resources(spot_cluster, "AWS::EKS::Nodegroup").items() if v is spot]
+    assert command[command.index("--nodegroup") + 1] == f"<{spot_id}.NodegroupName>"
+    attached = [flat(p["Nodegroup"]) for p in resources(spot_cluster, "Custom::NodegroupTargets").values()]
+    assert len(attached) == 2  # both groups' nodes behind the load balancer

@@ -25,7 +25,7 @@ _SIZES = {
 
 def run_checks(plan: DeployPlan, client: Clients) -> list[Result]:
     results = [
-        Result(f"model {name}", Status.BLOCKER, why, "lock the model, as the detail says, then run this again")
+        Result(f"refused {name}", Status.BLOCKER, why, "as the detail says, then run this again")
         for name, why in plan.refused
     ]
     checks = (ami, instance_offerings, vcpu_quotas, build_environments, bootstrap, endpoint_services, network_quotas,
@@ -153,13 +153,8 @@ def vcpu_quotas(plan: DeployPlan, client: Clients) -> Iterator[Result]:
             yield Result(title, Status.OK, detail)
 
 
-def _planned(plan: DeployPlan) -> tuple[Any, ...]:
-    """The EC2 stacks and the SageMaker stacks: what both ask of CodeBuild, the bootstrap, endpoints, Lambda."""
-    return (*plan.stacks, *plan.endpoints)
-
-
 def build_environments(plan: DeployPlan, client: Clients) -> Iterator[Result]:
-    images = {(s.stack_name, *b) for s in _planned(plan) for b in s.build_images}
+    images = {(s.stack_name, *b) for s in plan.planned() for b in s.build_images}
     if not images:
         return
     codebuild = client("codebuild")
@@ -208,7 +203,9 @@ def build_environments(plan: DeployPlan, client: Clients) -> Iterator[Result]:
 
 
 def bootstrap(plan: DeployPlan, client: Clients) -> Iterator[Result]:
-    required = max(s.bootstrap_version for s in _planned(plan))
+    if not plan.planned():
+        return
+    required = max(s.bootstrap_version for s in plan.planned())
     todo = f"npx cdk bootstrap aws://<account>/{plan.region}"
     try:
         (stack,) = client("cloudformation").describe_stacks(StackName=BOOTSTRAP_STACK)["Stacks"]
@@ -230,7 +227,7 @@ def bootstrap(plan: DeployPlan, client: Clients) -> Iterator[Result]:
 def lambda_capacity(plan: DeployPlan, client: Clients) -> Iterator[Result]:
     """The stacks' functions (the image build's trigger at deploy time; with wakeOnRequest, the wake door at every
     request while the group sleeps) run in the account's unreserved concurrency (GetAccountSettings)."""
-    functions = [f for s in _planned(plan) for f in s.functions]
+    functions = [f for s in plan.planned() for f in s.functions]
     if not functions:
         return
     limit = client("lambda").get_account_settings()["AccountLimit"]

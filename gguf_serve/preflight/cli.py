@@ -39,14 +39,13 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
             parser.error(f"-c takes KEY=VALUE, got {pair!r}")
         context[key] = value
     eks = EKS_STACK in args.stacks
-    stacks_wanted = [s for s in args.stacks if s != EKS_STACK]
     try:
-        plan = deploy_plan(stacks_wanted or None, context=context) if stacks_wanted or not eks else None
-        cluster = eks_plan_from(context) if eks else None
+        plan = deploy_plan(args.stacks or None, context=context)  # EksServingStack's template too, when named
+        cluster = eks_plan_from(context) if eks else None  # its node groups, version and AMIs
     except InputError as bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
-    region = plan.region if plan else cluster.region  # type: ignore[union-attr]
+    region = plan.region
     if session is None:
         import boto3
 
@@ -56,12 +55,11 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
     except (BotoCoreError, ClientError) as e:
         print(f"error: cannot reach the account ({e}); configure credentials for {region}", file=sys.stderr)
         return 2
-    probe = ProbeBuild.for_plan(plan) if args.probe_mirrors and plan else None
+    probe = ProbeBuild.for_plan(plan) if args.probe_mirrors else None
     if args.probe_mirrors and probe is None:
         print("error: --probe-mirrors: no selected stack builds an x86 image; select one that does", file=sys.stderr)
         return 2
-    names = [s.stack_name for s in (*plan.stacks, *plan.endpoints)] if plan else []
-    stacks = ", ".join([*names, EKS_STACK] if cluster else names)
+    stacks = ", ".join(s.stack_name for s in plan.planned())
     mode = "read-only checks, then the mirror probe" if probe else "read-only"
     print(f"Pre-flight for {stacks} in account {account}, {region} ({mode})")
     if probe:
@@ -71,10 +69,10 @@ def main(argv: list[str] | None = None, *, session=None) -> int:
     def client(service: str):
         return session.client(service, region_name=region)
 
-    results = run_checks(plan, client) if plan else []
-    results += endpoint_checks(plan.endpoints, region, client) if plan else []
+    results = run_checks(plan, client)
+    results += endpoint_checks(plan.endpoints, region, client)
     results += run_eks_checks(cluster, client) if cluster else []
-    if probe and plan:
+    if probe:
         results += probe_mirrors(plan, client, build=probe, progress=lambda line: print(line, file=sys.stderr))
     print(render(results))
     blockers = sum(r.status is Status.BLOCKER for r in results)

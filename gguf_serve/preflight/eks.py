@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,8 @@ def eks_plan_from(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) ->
 
 
 def eks_plan(services: tuple[ServicePlan, ...], region: str, zones: list[str]) -> EksPlan:
-    """services: the cluster's profiles as deployed (stacks/plan.py: Spot, minCapacity applied)."""
+    """services: the cluster's profiles as deployed (stacks/plan.py: Spot, minCapacity applied). On Spot, the
+    On-Demand floor holds the minimum (stacks/eks/nodes.py) and the Spot group the rest, over the profile's types."""
     amis, plans = [], []
     for service in services:
         p = service.profile
@@ -67,14 +68,16 @@ def eks_plan(services: tuple[ServicePlan, ...], region: str, zones: list[str]) -
         arch = "aarch64" if hw.architecture.value == "arm64" else "x86_64"
         variant = "-nvidia" if hw.has_gpu else ""
         amis.append((p.name, BOTTLEROCKET.format(version=KUBERNETES_MINOR, variant=variant, arch=arch)))
-        vcpus = {
-            "create": w.min_replicas * hw.vcpus,
-            "update": (w.min_replicas + 1) * hw.vcpus,
-            "scale_out": (w.max_replicas + 1) * hw.vcpus,
-        }
-        plans.append(
-            _nodes(f"{STACK_NAME}/{p.name}", hw.instance_type, zones, vcpus, quota_code(hw.has_gpu, service.spot))
-        )
+        nodes = {"create": w.min_replicas, "update": w.min_replicas + 1, "scale_out": w.max_replicas + 1}
+        floor = w.min_replicas if service.spot else None
+        on_demand = {k: (floor if floor is not None else n) * hw.vcpus for k, n in nodes.items()}
+        plan = _nodes(f"{STACK_NAME}/{p.name}", hw.instance_type, zones, on_demand, quota_code(hw.has_gpu, False))
+        if floor is not None:
+            plan = replace(
+                plan, spot_vcpus={k: (n - floor) * hw.vcpus for k, n in nodes.items()},
+                spot_quota_code=quota_code(hw.has_gpu, True), spot_instance_types=service.capacity.spot_instance_types,
+            )  # fmt: skip
+        plans.append(plan)
     system = {phase: SYSTEM_NODES * SYSTEM_VCPUS for phase in ("create", "update", "scale_out")}
     control = control_target([s.image for s in services]).architecture
     plans.append(_nodes(f"{STACK_NAME}/system", SYSTEM_NODE_TYPES[control], zones, system, STANDARD_ON_DEMAND))
@@ -114,9 +117,17 @@ def _version(plan: EksPlan, client: Clients) -> Iterator[Result]:
     if not found:
         yield Result(name, Status.BLOCKER, f"not offered in {plan.region}", "deploy where EKS offers it, or wait")
         return
-    status = found[0].get("versionStatus") or found[0].get("status", "")
-    end = found[0].get("endOfStandardSupportDate", "")
-    yield Result(name, Status.OK, f"{status} (standard support until {str(end)[:10] or '?'})")
+    status = str(found[0].get("versionStatus") or found[0].get("status", ""))
+    end = str(found[0].get("endOfStandardSupportDate", ""))[:10]
+    if "EXTENDED" in status.upper():
+        # A cluster past standard support runs on extended support, at a higher fee per cluster hour, and is
+        # upgraded by EKS when that ends ("Understand the Kubernetes version lifecycle on EKS", Amazon EKS User Guide)
+        yield Result(
+            name, Status.WARN, f"{status}: standard support ended {end or '?'}; the cluster pays the extended fee",
+            "raise KUBERNETES_VERSION in stacks/eks/cluster.py to one in standard support (and its kubectl layer)",
+        )  # fmt: skip
+        return
+    yield Result(name, Status.OK, f"{status} (standard support until {end or '?'})")
 
 
 def _amis(plan: EksPlan, client: Clients) -> Iterator[Result]:

@@ -57,7 +57,7 @@ class ProbeBuild:
 
     @classmethod
     def for_plan(cls, plan: DeployPlan) -> ProbeBuild | None:
-        images = sorted({image for s in plan.stacks for kind, image, _ in s.build_images if kind == "LINUX_CONTAINER"})
+        images = sorted({i for s in plan.planned() for kind, i, _ in s.build_images if kind == "LINUX_CONTAINER"})
         if not images:
             return None
         compute = stage_compute(IMAGE_TARGETS["x86-64-cpu"], "roots")

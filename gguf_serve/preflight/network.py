@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from gguf_serve.preflight.plan import DeployPlan, StackPlan
+from gguf_serve.preflight.plan import ClusterPlan, DeployPlan, EndpointPlan, StackPlan
 from gguf_serve.preflight.results import Clients, Result, Status
+
+Planned = StackPlan | EndpointPlan | ClusterPlan
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def endpoint_services(plan: DeployPlan, client: Clients) -> Iterator[Result]:
     support the Availability Zone of the subnet", AWS Knowledge Center, interface-endpoint-availability-zone);
     DescribeVpcEndpointServices lists each service's AvailabilityZones (EC2 API Reference, ServiceDetail)."""
     wanted: dict[str, set[str]] = {}
-    for s in (*plan.stacks, *plan.endpoints):  # the EC2 stacks' and the SageMaker stacks' networks
+    for s in plan.planned():  # the EC2, SageMaker and EKS stacks' networks
         for name, zones in s.endpoint_services:
             wanted.setdefault(name, set()).update(zones)
     offered: dict[str, set[str]] = {}
@@ -98,9 +100,9 @@ def endpoint_services(plan: DeployPlan, client: Clients) -> Iterator[Result]:
         yield Result("VPC endpoint services", Status.OK, f"all {len(wanted)} offered in the pinned zones")
 
 
-def _not_deployed(plan: DeployPlan, client: Clients) -> list[StackPlan]:
+def _not_deployed(plan: DeployPlan, client: Clients) -> list[Planned]:
     cloudformation, new = client("cloudformation"), []
-    for s in plan.stacks:
+    for s in plan.planned():  # a SageMaker endpoint's VPC and the cluster's count as an EC2 stack's
         try:
             (stack,) = cloudformation.describe_stacks(StackName=s.stack_name)["Stacks"]
         except ClientError as e:

@@ -11,6 +11,7 @@ from gguf_serve.catalog.hosting import sagemaker_stack_name
 from gguf_serve.catalog.loader import PROFILES_DIR
 from gguf_serve.catalog.lookup import stack_models
 from stacks.app import build_app, cli_context, plan_app
+from stacks.eks.stack import STACK_NAME as EKS_STACK
 from stacks.options import DEPLOY_CONFIG
 from stacks.plan import ServicePlan
 from stacks.sagemaker.stack import SageMakerStack
@@ -69,6 +70,23 @@ class EndpointPlan:
     endpoint_services: tuple[tuple[str, tuple[str, ...]], ...]  # as StackPlan's
     bootstrap_version: int
     functions: tuple[str, ...] = ()
+    network: NetworkPlan = NetworkPlan()  # the endpoint's own VPC (isolated subnets, no gateways)
+    # the region's pinned hosting list names ml_type; None: no list for the region, or sagemakerUnlistedTypes is set
+    hosted: bool | None = None
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """What EksServingStack's template asks of the account besides its node groups (gguf_serve/preflight/eks.py):
+    the image builds (a CUDA base on XLARGE), the bootstrap, the VPC's endpoints and gateways, the Lambda functions
+    (the kubectl handler and the build steps)."""
+
+    stack_name: str
+    build_images: tuple[tuple[str, str, str], ...]
+    endpoint_services: tuple[tuple[str, tuple[str, ...]], ...]
+    bootstrap_version: int
+    functions: tuple[str, ...] = ()
+    network: NetworkPlan = NetworkPlan()
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,12 @@ class DeployPlan:
     refused: tuple[tuple[str, str], ...] = ()  # (stack, why) the CLI refuses; planned and checked all the same
     endpoints: tuple[EndpointPlan, ...] = ()  # the SageMaker stacks named (gguf_serve/preflight/sagemaker.py)
     debian_mirrors: tuple[str, ...] = ()  # the deploy option debianMirrors, in the order the build probes them
+    clusters: tuple[ClusterPlan, ...] = ()  # EksServingStack, when named
+
+    def planned(self) -> tuple[StackPlan | EndpointPlan | ClusterPlan, ...]:
+        """Every stack of the plan, of the three targets: what each asks of CodeBuild, the bootstrap, the network,
+        endpoint services and Lambda is checked alike."""
+        return (*self.stacks, *self.endpoints, *self.clusters)
 
 
 def deploy_plan(
@@ -90,7 +114,9 @@ def deploy_plan(
     services, bootstrap version, functions) from the synthesized template."""
     ctx = {**cli_context(), **(context or {})}
     stacks = stack_models(PROFILES_DIR)
-    known = [*stacks, *(sagemaker_stack_name(n) for n in stacks)]  # a SageMaker twin is checked when named
+    endpoint_stacks = list(stack_models(PROFILES_DIR, "sagemaker"))
+    # a SageMaker stack (a twin or an endpoint profile's) and the EKS stack are checked when named
+    known = [*stacks, *(sagemaker_stack_name(n) for n in stacks), *endpoint_stacks, EKS_STACK]
     unknown = set(stack_names or ()) - set(known)
     if unknown:
         raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(known)}")
@@ -127,16 +153,34 @@ def deploy_plan(
         )
         plans.append(plan)
     endpoints = [
-        _endpoint_plan(stack, templates[stack.stack_name], region)
+        _endpoint_plan(
+            stack,
+            templates[stack.stack_name],
+            region,
+            None if app_plan.options.sagemaker_unlisted_types else app_plan.hosted.hosts(region, stack.plan.ml_type),
+        )  # fmt: skip
         for stack in app.node.children
         if isinstance(stack, SageMakerStack)
     ]
+    clusters = [_cluster_plan(templates[EKS_STACK], region)] if EKS_STACK in templates else []
     return DeployPlan(
         region=region,
         stacks=tuple(plans),
         refused=tuple(sorted(app_plan.refusals.items())),
         endpoints=tuple(endpoints),
         debian_mirrors=app_plan.options.debian_mirrors,
+        clusters=tuple(clusters),
+    )
+
+
+def _cluster_plan(template: dict, region: str) -> ClusterPlan:
+    return ClusterPlan(
+        stack_name=EKS_STACK,
+        build_images=tuple(_build_images(template)),
+        endpoint_services=tuple(sorted(_endpoint_services(template, region))),
+        bootstrap_version=_bootstrap_version(template),
+        functions=tuple(_functions(template)),
+        network=_network(template),
     )
 
 
@@ -147,7 +191,7 @@ def _unbuilt_network(service: ServicePlan) -> NetworkPlan:
     return NetworkPlan(1, 1, nat, tuple((z, 1) for z in service.vpc_zones[:nat]))
 
 
-def _endpoint_plan(stack: SageMakerStack, template: dict, region: str) -> EndpointPlan:
+def _endpoint_plan(stack: SageMakerStack, template: dict, region: str, hosted: bool | None) -> EndpointPlan:
     plan, hosting = stack.plan, stack.hosting
     return EndpointPlan(
         stack_name=stack.stack_name,
@@ -161,6 +205,8 @@ def _endpoint_plan(stack: SageMakerStack, template: dict, region: str) -> Endpoi
         endpoint_services=tuple(sorted(_endpoint_services(template, region))),
         bootstrap_version=_bootstrap_version(template),
         functions=tuple(_functions(template)),
+        network=_network(template),
+        hosted=hosted,
     )
 
 
@@ -193,8 +239,18 @@ def _network(template: dict) -> NetworkPlan:
 
 
 def _build_images(template: dict) -> list[tuple[str, str, str]]:
-    envs = [p["Environment"] for p in _resources(template, "AWS::CodeBuild::Project")]
-    return sorted({(e["Type"], e["Image"], e["ComputeType"]) for e in envs if isinstance(e.get("Image"), str)})
+    """Each CodeBuild environment a build runs in: a project's own, and each compute type a build step starts it
+    with (stacks/image_build.py: a stage's ComputeType, the start handler's computeTypeOverride; a CUDA base's
+    XLARGE)."""
+    projects = {k: r["Properties"]["Environment"] for k, r in template["Resources"].items()
+                if r["Type"] == "AWS::CodeBuild::Project"}  # fmt: skip
+    found = {(e["Type"], e["Image"], e["ComputeType"]) for e in projects.values() if isinstance(e.get("Image"), str)}
+    for props in _resources(template, "AWS::CloudFormation::CustomResource"):
+        project = props.get("ProjectName")
+        env = projects.get(project["Ref"]) if isinstance(project, dict) and "Ref" in project else None
+        if env is not None and isinstance(env.get("Image"), str) and isinstance(props.get("ComputeType"), str):
+            found.add((env["Type"], env["Image"], props["ComputeType"]))
+    return sorted(found)
 
 
 def _endpoint_services(template: dict, region: str) -> set[tuple[str, tuple[str, ...]]]:

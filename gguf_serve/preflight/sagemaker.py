@@ -3,8 +3,8 @@
 The plan (gguf_serve.preflight.plan.EndpointPlan) says what; here:
 
 - The ml type's endpoint-usage quota (Service Quotas, service code `sagemaker`, quota "<ml type> for endpoint
-  usage"): a region that does not offer the type lists no such quota. An update replaces the instances blue/green,
-  new beside old ("Deployment guardrails", https://docs.amazonaws.cn/en_us/sagemaker/latest/dg/deployment-guardrails.html),
+  usage"), applied or default: a region that does not offer the type lists no such quota. An update replaces the
+  instances blue/green, new beside old ("Deployment guardrails", https://docs.amazonaws.cn/en_us/sagemaker/latest/dg/deployment-guardrails.html),
   so an update needs twice the running count.
 - Application Auto Scaling's service-linked role for SageMaker endpoints (IAM GetRole).
 - The ml type's on-demand price in the region (AWS Pricing API, service code AmazonSageMaker), beside the
@@ -38,34 +38,56 @@ def endpoint_checks(endpoints: tuple[EndpointPlan, ...], region: str, client: Cl
 
 
 def endpoint_quotas(endpoints: tuple[EndpointPlan, ...], region: str, client: Clients) -> Iterator[Result]:
+    """The ml type's endpoint-usage quota: the applied value (ListServiceQuotas), else the default
+    (ListAWSDefaultServiceQuotas): "ListServiceQuotas ... lists the applied quota values ... For some quotas, only
+    the default values are available" (Service Quotas API Reference, ListServiceQuotas; docs.amazonaws.cn). A type
+    neither lists is one the region does not host; one the region's pinned list lacks but the account has a quota
+    for can deploy with -c sagemakerUnlistedTypes=true."""
     if not endpoints:
         return
-    quotas = {
-        q["QuotaName"].lower(): q
-        for page in client("service-quotas").get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")
-        for q in page["Quotas"]
-    }
+    quotas = client("service-quotas")
+    applied = _quotas(quotas, "list_service_quotas")
+    defaults = {} if all(f"{e.ml_type} for endpoint usage" in applied for e in endpoints) else _quotas(
+        quotas, "list_aws_default_service_quotas"
+    )  # fmt: skip
     for e in endpoints:
         title = f"endpoint quota {e.ml_type}"
-        quota = quotas.get(f"{e.ml_type} for endpoint usage")
+        key = f"{e.ml_type} for endpoint usage"
+        quota = applied.get(key) or defaults.get(key)
         if quota is None:
             yield Result(
                 title,
                 Status.BLOCKER,
-                f"no '{e.ml_type} for endpoint usage' quota in {region}: the region does not host this type",
-                "deploy the EC2 stack, pick a region that hosts it (-c region=...), or another ml type in "
-                "profiles/sagemaker.toml",
+                f"no '{key}' quota in {region}, applied or default: the region does not host this type",
+                "deploy the EC2 stack or an endpoint profile of a type the region hosts (profiles/sagemaker/), "
+                "or pick a region that hosts it (-c region=...)",
             )
             continue
         value = int(quota["Value"])
+        source = "applied" if key in applied else "default"
         need = f"{e.stack_name} runs {e.min_instances}, {2 * e.min_instances} during an update, up to {e.max_instances}"
         todo = f"request {quota['QuotaCode']} >= {{}} in Service Quotas ({region})"
+        unlisted = (
+            f"; {region}'s pinned hosting list lacks {e.ml_type}, this account hosts it: deploy with "
+            "-c sagemakerUnlistedTypes=true"
+            if e.hosted is False and value >= 1
+            else ""
+        )
         if value < 2 * e.min_instances:
-            yield Result(title, Status.BLOCKER, f"{value}; {need}", todo.format(2 * e.min_instances))
+            yield Result(title, Status.BLOCKER, f"{value} ({source}); {need}", todo.format(2 * e.min_instances))
         elif value < e.max_instances:
-            yield Result(title, Status.WARN, f"{value}; {need}", todo.format(e.max_instances) + " to scale out fully")
+            yield Result(title, Status.WARN, f"{value} ({source}); {need}{unlisted}",
+                         todo.format(e.max_instances) + " to scale out fully")  # fmt: skip
         else:
-            yield Result(title, Status.OK, f"{value}; {need}")
+            yield Result(title, Status.WARN if unlisted else Status.OK, f"{value} ({source}); {need}{unlisted}")
+
+
+def _quotas(quotas: Any, operation: str) -> dict[str, dict[str, Any]]:
+    return {
+        q["QuotaName"].lower(): q
+        for page in quotas.get_paginator(operation).paginate(ServiceCode="sagemaker")
+        for q in page["Quotas"]
+    }
 
 
 def scaling_role(endpoints: tuple[EndpointPlan, ...], region: str, client: Clients) -> Iterator[Result]:

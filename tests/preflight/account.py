@@ -37,12 +37,14 @@ class Account:
         self.offered_zones = {s.instance_type: set(s.zones) | {"cn-northwest-1c"} for s in plan.stacks}
         # Enough for every stack at full scale-out, summed per quota (the README's quota table)
         self.quotas = {STANDARD_ON_DEMAND: 512.0, G_AND_VT_ON_DEMAND: 64.0}
-        self.curated = {image for s in plan.stacks for _, image, _ in s.build_images}
+        planned = plan.planned()  # EC2, SageMaker and EKS stacks alike from here
+        self.curated = {image for s in planned for _, image, _ in s.build_images}
         self.build_concurrency = 1.0
         self.bootstrap_status: str | None = "UPDATE_COMPLETE"
-        self.bootstrap_version = max(s.bootstrap_version for s in plan.stacks)
-        zones = {z for s in plan.stacks for z in s.zones} | {"cn-northwest-1c"}
-        self.endpoint_services = {n: set(zones) for s in plan.stacks for n, _ in s.endpoint_services}
+        self.bootstrap_version = max(s.bootstrap_version for s in planned)
+        zones = {z for s in planned for _, zs in s.endpoint_services for z in zs}
+        zones |= {"cn-northwest-1a", "cn-northwest-1c"}
+        self.endpoint_services = {n: set(zones) for s in planned for n, _ in s.endpoint_services}
         self.endpoint_services["com.amazonaws.x.other"] = {"cn-northwest-1a"}
         # The network quotas at their defaults (5 each) with the default VPC and its internet gateway in use.
         self.network_quotas = {q.code: 5.0 for q in (VPCS, INTERNET_GATEWAYS, NAT_GATEWAYS_PER_ZONE, ELASTIC_IPS)}
@@ -121,7 +123,7 @@ class Account:
             )  # fmt: skip
 
     def _codebuild(self, stub) -> None:
-        if not (self.curated or any(s.build_images for s in self.plan.stacks)):
+        if not (self.curated or any(s.build_images for s in self.plan.planned())):
             return
         images = [{"name": n, "description": "", "versions": []} for n in sorted(self.curated)]
         platforms = [{"platform": "AMAZON_LINUX_2023", "languages": [{"language": "STANDARD", "images": images}]}]
@@ -155,7 +157,7 @@ class Account:
     def _network(self, stub) -> None:
         """What network_quotas asks, in its order: each stack's status, then per quota its value and the use."""
         new = []
-        for s in self.plan.stacks:
+        for s in self.plan.planned():
             status = self.deployed.get(s.stack_name)
             if status is None:
                 stub["cloudformation"].add_client_error(
@@ -173,13 +175,21 @@ class Account:
                 new.append(s)
         if not new:
             return
-        for quota in (VPCS, INTERNET_GATEWAYS, ELASTIC_IPS):
-            self._quota(stub, quota)
-        stub["ec2"].add_response("describe_vpcs", {"Vpcs": [{"VpcId": f"vpc-{i:08x}"} for i in range(self.vpcs)]})
-        gateways = [{"InternetGatewayId": f"igw-{i:08x}"} for i in range(self.internet_gateways)]
-        stub["ec2"].add_response("describe_internet_gateways", {"InternetGateways": gateways})
-        addresses = [{"AllocationId": f"eipalloc-{i:08x}", "Domain": "vpc"} for i in range(self.elastic_ips)]
-        stub["ec2"].add_response("describe_addresses", {"Addresses": addresses})
+        need = {q: sum(getattr(s.network, f) for s in new) for q, f in
+                ((VPCS, "vpcs"), (INTERNET_GATEWAYS, "internet_gateways"), (ELASTIC_IPS, "elastic_ips"))}  # fmt: skip
+        if need[VPCS]:
+            self._quota(stub, VPCS)
+            stub["ec2"].add_response("describe_vpcs", {"Vpcs": [{"VpcId": f"vpc-{i:08x}"} for i in range(self.vpcs)]})
+        if need[INTERNET_GATEWAYS]:
+            self._quota(stub, INTERNET_GATEWAYS)
+            gateways = [{"InternetGatewayId": f"igw-{i:08x}"} for i in range(self.internet_gateways)]
+            stub["ec2"].add_response("describe_internet_gateways", {"InternetGateways": gateways})
+        if need[ELASTIC_IPS]:
+            self._quota(stub, ELASTIC_IPS)
+            addresses = [{"AllocationId": f"eipalloc-{i:08x}", "Domain": "vpc"} for i in range(self.elastic_ips)]
+            stub["ec2"].add_response("describe_addresses", {"Addresses": addresses})
+        if not any(s.network.nat_gateways for s in new):
+            return
         self._quota(stub, NAT_GATEWAYS_PER_ZONE)
         in_use = [(z, i) for z, n in sorted(self.nat_gateways.items()) for i in range(n)]
         gateways = [{"NatGatewayId": f"nat-{i:08x}{z[-1]}", "SubnetId": f"subnet-{z[-1]}"} for z, i in in_use]

@@ -225,7 +225,7 @@ def test_a_refused_stack_is_one_blocker_and_still_checked_for_what_the_account_n
     assert "\n" not in why
     results = Account(plan).check()
     blockers = [r for r in results if r.status is Status.BLOCKER]
-    assert [r.check for r in blockers] == ["model GpuMtpStack"]
+    assert [r.check for r in blockers] == ["refused GpuMtpStack"]
     checked = {r.check for r in results if r.status is Status.OK}
     assert {"AMI GravitonMoeStack", "AMI GpuMtpStack", "g5.xlarge in zones"} <= checked
     assert any(r.check.startswith("vCPU quota") and G_AND_VT_ON_DEMAND in r.check for r in results)

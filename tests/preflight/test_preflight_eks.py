@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 
 from gguf_serve.preflight.checks import Status
 from gguf_serve.preflight.eks import SERVICE_LINKED, eks_plan_from, run_eks_checks
-from gguf_serve.preflight.plan import G_AND_VT_ON_DEMAND, STANDARD_ON_DEMAND
+from gguf_serve.preflight.plan import G_AND_VT_ON_DEMAND, STANDARD_ON_DEMAND, STANDARD_SPOT
 from stacks.options import DeployOptionError
 from tests.conftest import cdk_context
 
@@ -31,7 +31,7 @@ class Account:
         self.versions = [{"clusterVersion": "1.35", "versionStatus": "STANDARD_SUPPORT",
                           "endOfStandardSupportDate": "2026-07-29T00:00:00Z"}]  # fmt: skip
         self.unpublished: set[str] = set()
-        self.quotas = {STANDARD_ON_DEMAND: 512.0, G_AND_VT_ON_DEMAND: 64.0}
+        self.quotas = {STANDARD_ON_DEMAND: 512.0, G_AND_VT_ON_DEMAND: 64.0, STANDARD_SPOT: 512.0}
         self.roles = set(SERVICE_LINKED)
 
     def check(self):
@@ -70,11 +70,11 @@ class Account:
             else:
                 stub["iam"].add_client_error("get_role", "NoSuchEntity", expected_params={"RoleName": role})
         for s in self.plan.nodes.stacks:
-            offers = [
-                {"InstanceType": s.instance_type, "LocationType": "availability-zone", "Location": z} for z in s.zones
-            ]
-            stub["ec2"].add_response("describe_instance_type_offerings", {"InstanceTypeOfferings": offers})
-        for code in sorted({s.quota_code for s in self.plan.nodes.stacks}):
+            for t in (s.instance_type, *s.spot_instance_types):
+                offers = [{"InstanceType": t, "LocationType": "availability-zone", "Location": z} for z in s.zones]
+                stub["ec2"].add_response("describe_instance_type_offerings", {"InstanceTypeOfferings": offers})
+        codes = {c for s in self.plan.nodes.stacks for c in (s.quota_code, s.spot_quota_code) if c}
+        for code in sorted(codes):
             stub["service-quotas"].add_response(
                 "get_service_quota", {"Quota": {"QuotaCode": code, "QuotaName": code, "Value": self.quotas[code]}},
                 {"ServiceCode": "ec2", "QuotaCode": code},
@@ -135,3 +135,59 @@ def test_no_profiles_or_an_unknown_one_is_one_line():
         eks_plan_from({**cdk_context(), "eksProfiles": ""}, config_file=Path("/nonexistent.toml"))
     with pytest.raises(DeployOptionError, match="no serving profile named nope"):
         eks_plan_from({**cdk_context(), "eksProfiles": "nope"})
+
+
+def test_extended_support_is_a_warning_with_what_to_raise(plan):
+    account = Account(plan)
+    account.versions = [{"clusterVersion": "1.35", "versionStatus": "EXTENDED_SUPPORT",
+                         "endOfStandardSupportDate": "2027-03-27T00:00:00Z"}]  # fmt: skip
+    [version] = [r for r in account.check() if r.check.startswith("EKS Kubernetes")]
+    assert version.status is Status.WARN and "extended fee" in version.detail and "2027-03-27" in version.detail
+    assert "KUBERNETES_VERSION" in version.todo
+
+
+def test_on_spot_the_floor_runs_on_demand_and_the_rest_on_spot_over_several_types():
+    spot = eks_plan_from({**cdk_context(), "eksProfiles": "graviton-moe", "spot": "true"})
+    [nodes] = [s for s in spot.nodes.stacks if s.instance_type == "c8g.4xlarge"]
+    assert nodes.vcpus == {"create": 16, "update": 16, "scale_out": 16}  # the On-Demand floor: one node
+    assert nodes.spot_vcpus == {"create": 0, "update": 16, "scale_out": 64}  # a surge, then up to four more
+    assert nodes.spot_instance_types == ("m8g.4xlarge",) and nodes.spot_quota_code == STANDARD_SPOT
+    account = Account(spot)
+    account.quotas[STANDARD_SPOT] = 32.0  # a rollout fits, full scale-out does not
+    [quota] = [r for r in account.check() if STANDARD_SPOT in r.check]
+    assert quota.status is Status.WARN
+
+
+def test_the_cluster_stack_gets_the_checks_every_stack_gets():
+    """EksServingStack's template through the pre-flight every stack goes through: its image builds (the CUDA base on
+    XLARGE), the bootstrap, its VPC and NAT gateway, endpoint services, the kubectl handler's Lambda."""
+    from gguf_serve.preflight.plan import deploy_plan
+    from stacks.eks.stack import STACK_NAME
+    from tests.preflight.account import Account as StackAccount
+
+    whole = deploy_plan([STACK_NAME], context={**cdk_context(), "eksProfiles": "graviton-moe,gpu-mtp"})
+    [cluster] = whole.clusters
+    assert whole.stacks == () and whole.endpoints == () and [s.stack_name for s in whole.planned()] == [STACK_NAME]
+    assert {c for _, _, c in cluster.build_images} == {"BUILD_GENERAL1_LARGE", "BUILD_GENERAL1_XLARGE"}
+    assert cluster.network.vpcs == 1 and cluster.network.nat_gateways and cluster.functions
+    assert cluster.bootstrap_version > 0 and cluster.endpoint_services
+    results = StackAccount(whole).check()
+    assert not [r for r in results if r.status is Status.BLOCKER], results
+    checked = {r.check for r in results}
+    assert "CodeBuild concurrency LINUX_CONTAINER BUILD_GENERAL1_XLARGE" in checked
+    assert {"CDK bootstrap", "VPC endpoint services", "Lambda concurrency", "VPCs per Region"} <= checked
+
+    class NoXLarge(StackAccount):  # an account whose XLarge builds are capped at zero
+        def _codebuild(self, stub) -> None:
+            images = [{"name": n, "description": "", "versions": []} for n in sorted(self.curated)]
+            platforms = [{"platform": "AMAZON_LINUX_2023", "languages": [{"language": "STANDARD", "images": images}]}]
+            stub["codebuild"].add_response("list_curated_environment_images", {"platforms": platforms})
+            quotas = [
+                {"QuotaCode": f"L-{size}", "Value": 0.0 if size == "XLarge" else 1.0, "ServiceCode": "codebuild",
+                 "QuotaName": f"Concurrently running builds for Linux/{size} environment"}
+                for size in ("Large", "XLarge")
+            ]  # fmt: skip
+            stub["service-quotas"].add_response("list_service_quotas", {"Quotas": quotas}, {"ServiceCode": "codebuild"})
+
+    [xlarge] = [r for r in NoXLarge(whole).check() if r.check.endswith("BUILD_GENERAL1_XLARGE")]
+    assert xlarge.status is Status.BLOCKER and "L-XLarge >= 1" in xlarge.todo

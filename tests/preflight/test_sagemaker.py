@@ -15,26 +15,34 @@ from gguf_serve.preflight.sagemaker import SERVICE_LINKED_ROLE, endpoint_checks
 from tests.conftest import cdk_context
 from tests.preflight.account import REGION, Account
 
-NAMES = ["GravitonMoeSageMakerStack", "GpuMtpSageMakerStack"]
+NAMES = ["GravitonMoeSageMakerStack", "GpuMtpSageMakerStack"]  # twins on types Ningxia's list lacks
+HOSTED = ["C5MoeSageMakerStack", "G4dnMoeSageMakerStack"]  # the endpoint profiles on types Ningxia hosts
 
 
 @pytest.fixture(scope="module")
 def plan():
+    """The twins with sagemakerUnlistedTypes: deployable, so the account's answers decide."""
+    return deploy_plan(NAMES, context={**cdk_context(), "sagemakerUnlistedTypes": "true"})
+
+
+@pytest.fixture(scope="module")
+def refused_plan():
+    """The twins as a Ningxia deploy plans them: refused, their types not on the region's list."""
     return deploy_plan(NAMES, context=cdk_context())
+
+
+@pytest.fixture(scope="module")
+def hosted_plan():
+    return deploy_plan(HOSTED, context=cdk_context())
 
 
 class EndpointAccount(Account):
     """An account ready for the SageMaker stacks; tests change one thing at a time."""
 
-    def __init__(self, plan) -> None:  # Account's fields, from the endpoints (the plan names no EC2 stack)
-        self.plan = plan
-        self.ami, self.missing_parameters, self.offered_zones, self.quotas = {}, set(), {}, {}
-        self.build_concurrency, self.bootstrap_status, self.lambda_unreserved = 1.0, "UPDATE_COMPLETE", 1000
-        e = plan.endpoints
-        self.curated = {image for s in e for _, image, _ in s.build_images}
-        self.bootstrap_version = max(s.bootstrap_version for s in e)
-        self.endpoint_services = {n: set(zones) for s in e for n, zones in s.endpoint_services}
-        self.endpoint_quota = {s.ml_type: 2.0 * s.max_instances for s in e}
+    def __init__(self, plan) -> None:  # Account's fields (the plan names no EC2 stack), and the endpoints' own
+        super().__init__(plan)
+        self.endpoint_quota = {s.ml_type: 2.0 * s.max_instances for s in plan.endpoints}
+        self.default_quota: dict[str, float] = {}  # quotas never changed: ListAWSDefaultServiceQuotas only
         self.role_exists = True
         self.price = 2.11
 
@@ -45,13 +53,22 @@ class EndpointAccount(Account):
                 service, region_name=REGION, aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="x"
             )
             self.stubs[service] = Stubber(made[service])
-        quotas = [
-            {"QuotaCode": f"L-SM{i}", "QuotaName": f"{t} for endpoint usage", "Value": v, "ServiceCode": "sagemaker"}
-            for i, (t, v) in enumerate(sorted(self.endpoint_quota.items()))
-        ]
+
+        def listing(values: dict[str, float], first: int) -> list[dict]:
+            return [
+                {"QuotaCode": f"L-SM{first + i}", "QuotaName": f"{t} for endpoint usage", "Value": v,
+                 "ServiceCode": "sagemaker"}
+                for i, (t, v) in enumerate(sorted(values.items()))
+            ]  # fmt: skip
+
         self.stubs["service-quotas"].add_response(
-            "list_service_quotas", {"Quotas": quotas}, {"ServiceCode": "sagemaker"}
+            "list_service_quotas", {"Quotas": listing(self.endpoint_quota, 0)}, {"ServiceCode": "sagemaker"}
         )
+        if any(e.ml_type not in self.endpoint_quota for e in self.plan.endpoints):  # only then the defaults
+            self.stubs["service-quotas"].add_response(
+                "list_aws_default_service_quotas", {"Quotas": listing(self.default_quota, 50)},
+                {"ServiceCode": "sagemaker"},
+            )  # fmt: skip
         if self.role_exists:
             role = {"Path": "/aws-service-role/", "RoleName": SERVICE_LINKED_ROLE, "RoleId": "AROAEXAMPLEEXAMPLE1",
                     "Arn": f"arn:aws-cn:iam::111122223333:role/{SERVICE_LINKED_ROLE}",
@@ -82,8 +99,12 @@ def _find(results, starts: str):
     return found
 
 
-def test_the_plan_holds_the_endpoints_and_what_they_build(plan):
+def test_the_plan_holds_the_endpoints_and_what_they_build(plan, hosted_plan):
     assert plan.stacks == () and {e.stack_name for e in plan.endpoints} == set(NAMES)
+    (t4,) = [e for e in hosted_plan.endpoints if e.ml_type == "ml.g4dn.2xlarge"]
+    assert ("LINUX_CONTAINER", "aws/codebuild/amazonlinux-x86_64-standard:5.0", "BUILD_GENERAL1_XLARGE") in (
+        t4.build_images
+    )  # the CUDA base's stage, as the start handler overrides it
     by_name = {e.stack_name: e for e in plan.endpoints}
     assert by_name["GravitonMoeSageMakerStack"].ml_type == "ml.c8g.4xlarge"
     assert by_name["GpuMtpSageMakerStack"].inference_ami == "al2-ami-sagemaker-inference-gpu-3-1"
@@ -107,6 +128,39 @@ def test_a_type_the_region_does_not_host_is_a_blocker(plan):
     del account.endpoint_quota["ml.g5.xlarge"]
     (blocker,) = [r for r in account.run() if r.status is Status.BLOCKER]
     assert blocker.check == "endpoint quota ml.g5.xlarge" and "does not host this type" in blocker.detail
+    assert "applied or default" in blocker.detail
+
+
+def test_a_quota_never_changed_is_read_from_the_defaults_not_called_unhosted(plan):
+    account = EndpointAccount(plan)
+    account.default_quota["ml.g5.xlarge"] = account.endpoint_quota.pop("ml.g5.xlarge")  # listed by default only
+    results = account.run()
+    (quota,) = _find(results, "endpoint quota ml.g5.xlarge")
+    assert quota.status is Status.OK and "(default)" in quota.detail
+    assert not [r for r in results if r.status is Status.BLOCKER]
+
+
+def test_a_refused_unlisted_type_the_account_hosts_says_which_option_deploys_it(refused_plan):
+    assert sorted(name for name, _ in refused_plan.refused) == sorted(NAMES)  # not on Ningxia's list
+    results = EndpointAccount(refused_plan).run()
+    (quota,) = _find(results, "endpoint quota ml.c8g.4xlarge")
+    assert quota.status is Status.WARN and "deploy with -c sagemakerUnlistedTypes=true" in quota.detail
+    refused = [r for r in results if r.check.startswith("refused ")]
+    assert sorted(r.check for r in refused) == sorted(f"refused {n}" for n in NAMES)
+
+
+def test_the_stacks_ningxia_hosts_pass_and_their_vpcs_are_counted(hosted_plan):
+    assert hosted_plan.refused == () and {e.stack_name for e in hosted_plan.endpoints} == set(HOSTED)
+    assert all(e.network.vpcs == 1 and e.network.internet_gateways == 0 for e in hosted_plan.endpoints)
+    account = EndpointAccount(hosted_plan)
+    results = account.run()
+    assert not [r for r in results if r.status is Status.BLOCKER]
+    (vpcs,) = _find(results, "VPCs per Region")
+    assert "add 2" in vpcs.detail  # one isolated VPC each
+    account = EndpointAccount(hosted_plan)
+    account.vpcs = 4  # with the default VPC and three others, two more do not fit the default quota of 5
+    (vpcs,) = _find(account.run(), "VPCs per Region")
+    assert vpcs.status is Status.BLOCKER
 
 
 def test_a_quota_too_small_for_an_update_blocks_and_below_scale_out_warns(plan):

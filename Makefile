@@ -56,9 +56,13 @@ test-images-arm64: $(STAMP) node_modules/.installed image-sources
 test-images-cuda: $(STAMP) node_modules/.installed image-sources
 	$(PY) -m pytest -m cuda
 
+## synth: every stack `cdk deploy` would take now, synthesized; one line for each it would refuse, and why (exit 0).
+## SYNTH_ARGS: -c options for this run (as cdk takes them); SYNTH_OUT: the cloud assembly's folder
+SYNTH_OUT ?= cdk.out
 synth: $(STAMP) node_modules/.installed image-sources
-	@$(PY) -m gguf_serve.catalog check | grep 'NOT DEPLOYABLE' || true  # refused at synth until its model is locked
-	npx cdk synth --quiet $$($(PY) -m gguf_serve.catalog stacks --deployable)
+	@stacks="$$($(PY) -m stacks.deployable $(SYNTH_ARGS))" || exit 1; \
+	if [ -n "$$stacks" ]; then echo "npx cdk synth --quiet" $$stacks; npx cdk synth --quiet -o $(SYNTH_OUT) $(SYNTH_ARGS) $$stacks; \
+	else echo "synth: no stack is deployable yet; each line above says why"; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -63,3 +63,23 @@ def test_the_checker_finds_a_missing_path_and_a_broken_anchor(tmp_path: Path) ->
     page.write_text("# Title\nSee `gguf_serve/nowhere.py` and [x](#no-such-heading), [y](#title).\n")
     assert PATH.findall(page.read_text()) == ["gguf_serve/nowhere.py"]
     assert "no-such-heading" not in _anchors(page) and "title" in _anchors(page)
+
+
+def test_the_option_names_and_versions_the_docs_give_are_the_codes() -> None:
+    """A `-c name=` anywhere, each row of docs/eks.md's option table, and the cluster's Kubernetes version and kubectl
+    layer in docs/eks.md are what the code has (a renamed option and the 1.33 cluster once stayed in the docs)."""
+    from stacks.app import MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT
+    from stacks.eks.cluster import KUBERNETES_MINOR
+    from stacks.options import OPTION_NAMES
+
+    known = {*OPTION_NAMES, MODEL_LOCK_CONTEXT, MODEL_LOOKUP_CONTEXT, "key", "name"}  # the last two: placeholders
+    for page in PAGES:
+        named = set(re.findall(r"-c (\w+)=", page.read_text()))
+        assert named <= known, f"{page.relative_to(ROOT)} names options the app does not know: {named - known}"
+    eks = (ROOT / "docs" / "eks.md").read_text()
+    table = eks.split("| deploy option | on EKS |", 1)[1].split("\n\n", 1)[0]
+    rows = {n.split("=")[0] for cell in re.findall(r"^\| ([^|]+) \|", table, re.M) for n in re.findall(r"`(\w+)", cell)}
+    assert rows and rows <= set(OPTION_NAMES), rows - set(OPTION_NAMES)
+    minor = KUBERNETES_MINOR
+    assert f"Kubernetes {minor}" in eks and f"aws-cdk.lambda-layer-kubectl-v{minor.replace('.', '')[1:]}" in eks
+    assert set(re.findall(r"(?:Kubernetes|for|valid for) (1\.\d\d)\b", eks)) == {minor}

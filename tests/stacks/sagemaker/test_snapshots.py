@@ -8,8 +8,10 @@ import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from tests.stacks.conftest import scrub
-from tests.stacks.sagemaker.test_stacks import SAGEMAKER_STACKS
+from tests.stacks.sagemaker.test_stacks import SAGEMAKER_STACKS as TWINS
 from tests.stacks.test_snapshots import MAX_LINES
+
+SAGEMAKER_STACKS = [*TWINS, "C5MoeSageMakerStack", "G4dnMoeSageMakerStack"]  # and the endpoint profiles'
 
 
 @pytest.fixture

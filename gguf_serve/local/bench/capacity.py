@@ -107,37 +107,38 @@ class Knee:
 
 
 def find_knee(steps: list[dict[str, Any]], *, min_growth: float, ttft_limit_s: float) -> Knee:
-    """The last step before aggregate tok/s stops growing by min_growth, P95 TTFT passes the limit or requests fail."""
-    best: dict[str, Any] | None = None
+    """The fewest streams past which no step adds min_growth to aggregate tok/s, among the steps that hold (the
+    curve ends at the first step whose P95 TTFT passes the limit or whose requests fail). Against the best step,
+    not the next one: a step that a busy neighbour slowed does not end the curve early."""
+    held: list[dict[str, Any]] = []
+    stop = kind = ""
     for step in sorted(steps, key=lambda s: s["streams"]):
         n, s = step["streams"], step["summary"]
         if s is None or s["errors"]:
-            failed = s["errors"] if s else "every"
-            return Knee(best and best["streams"], f"{failed} requests failed at {n} streams", "failures")
+            stop, kind = f"{s['errors'] if s else 'every'} requests failed at {n} streams", "failures"
+            break
         ttft = s["ttft_ms"]["p95"] / 1000 if s.get("ttft_ms") else None
         if ttft is not None and ttft > ttft_limit_s:
-            return Knee(
-                best and best["streams"], f"P95 TTFT {ttft:.1f} s at {n} streams passes the {ttft_limit_s:g} s limit",
-                "ttft",
-            )  # fmt: skip
-        if best is not None:
-            growth = s["aggregate_tok_s"] / best["summary"]["aggregate_tok_s"] - 1
-            if growth < min_growth:
-                return Knee(
-                    best["streams"],
-                    f"aggregate {best['summary']['aggregate_tok_s']:.2f} -> {s['aggregate_tok_s']:.2f} tok/s from "
-                    f"{best['streams']} to {n} streams ({growth:+.1%}), under the {min_growth:.0%} a step must add",
-                    "growth",
-                )
-        best = step
-    if best is None:
-        return Knee(None, "no step was measured", "failures")
-    return Knee(
-        best["streams"],
-        f"aggregate still grows at {best['streams']} streams, the last step: measure more (--max-streams "
-        f"{best['streams'] * 2})",
-        "none",
-    )
+            stop, kind = f"P95 TTFT {ttft:.1f} s at {n} streams passes the {ttft_limit_s:g} s limit", "ttft"
+            break
+        held.append(step)
+    if not held:
+        return Knee(None, stop or "no step was measured", kind or "failures")
+    rate = {st["streams"]: st["summary"]["aggregate_tok_s"] for st in held}
+    best = max(rate.values())
+    knee = next(n for n, r in rate.items() if r * (1 + min_growth) >= best)
+    later = {n: r for n, r in rate.items() if n > knee}
+    if later:
+        top = max(later, key=later.__getitem__)
+        reason = (
+            f"aggregate {rate[knee]:.2f} tok/s at {knee} streams; more streams reach at most {later[top]:.2f} "
+            f"({later[top] / rate[knee] - 1:+.1%} at {top}), under the {min_growth:.0%} a step must add"
+        )
+        return Knee(knee, reason + (f"; then {stop}" if stop else ""), "growth")
+    if stop:
+        return Knee(knee, stop, kind)
+    return Knee(knee, f"aggregate still grows at {knee} streams, the last step: measure more (--max-streams "
+                f"{knee * 2})", "none")  # fmt: skip
 
 
 def _key_line(path: Path, table: str, key: str) -> tuple[int, str | None]:
@@ -187,6 +188,12 @@ def streams_text(n: int | None) -> str:
     return "none" if n is None else f"{n} stream{'' if n == 1 else 's'}"
 
 
+def _load(step: dict[str, Any]) -> str:
+    """The client's 1-minute load average before and after the step: above its CPUs, neighbours shared them."""
+    load = step.get("client_loadavg_1m") or []
+    return "/".join(f"{v:.1f}" for v in load if v is not None) or NONE
+
+
 def _ms(spread: dict[str, float] | None, q: str) -> str:
     return f"{spread[q]:.0f}" if spread else NONE
 
@@ -200,7 +207,7 @@ def table(doc: dict[str, Any]) -> str:
         if s is None:
             failed = [r for r in step["runs"] if not r["warmup"]]
             limited = sum(1 for r in failed if r.get("status") == 429)
-            rows.append([str(step["streams"]), "0", str(len(failed)), str(limited), *[NONE] * 8])
+            rows.append([str(step["streams"]), "0", str(len(failed)), str(limited), *[NONE] * 8, _load(step)])
             continue
         rf = s.get("roofline")
         cny = s.get("cny_per_million")
@@ -217,9 +224,10 @@ def table(doc: dict[str, Any]) -> str:
             f"{rf['bytes_per_token'] / roofline.GB:.3f}" if rf else NONE,
             f"{rf['implied_gb_s']:.1f}" if rf else NONE,
             f"{rf['efficiency']:.0%}" if rf and rf.get("efficiency") is not None else NONE,
+            _load(step),
         ])  # fmt: skip
     header = ["Streams", "Requests", "Failed", "429", "Aggregate tok/s", "Per-stream tok/s", "TTFT P50/P95 (ms)",
-              "ITL P95 (ms)", "¥/M output tokens", "GB/token", "Implied GB/s", "Of probe"]  # fmt: skip
+              "ITL P95 (ms)", "¥/M output tokens", "GB/token", "Implied GB/s", "Of probe", "Client load"]  # fmt: skip
     return markdown(header, rows)
 
 
@@ -242,4 +250,7 @@ def caption(doc: dict[str, Any]) -> str:
         parts.append(f"GB/token: {doc['model_bytes']['basis']}.")
     if bw:
         parts.append(f"Probe: {bw['gb_s']:.1f} GB/s read by {bw['threads']} threads on {bw['host']}.")
+    cpus = (doc.get("harness") or {}).get("client_cpus")
+    if cpus:
+        parts.append(f"Client load: the 1-minute load average before/after each step, on {cpus} CPUs.")
     return " ".join(parts)

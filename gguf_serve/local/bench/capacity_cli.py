@@ -228,7 +228,7 @@ def _measure_step(
 ) -> dict[str, Any]:  # fmt: skip
     doc["current"] = {"streams": n, "runs": []}
     total = n * a.repetitions
-    log(f"[{n} streams] {total} request(s), max_tokens {a.max_tokens}")
+    log(f"[{capacity.streams_text(n)}] {total} request(s), max_tokens {a.max_tokens}")
     next_report = [PROGRESS_EVERY_S]
 
     def keep(row: dict[str, Any]) -> None:
@@ -239,22 +239,25 @@ def _measure_step(
         if elapsed >= next_report[0]:
             next_report[0] += PROGRESS_EVERY_S
             finished = sum(1 for r in doc["current"]["runs"] if not r["warmup"])
-            log(f"[{n} streams] {elapsed:.0f} s: {finished}/{total} requests finished")
+            log(f"[{capacity.streams_text(n)}] {elapsed:.0f} s: {finished}/{total} requests finished")
 
+    load_before = _load()
     rows, wall = runner.run_concurrent(
         client, served, concurrency=n, repetitions=a.repetitions, warmup=warmup, max_tokens=a.max_tokens, log=log,
         on_row=keep, tick=tick,
     )  # fmt: skip
     summary = capacity.step_summary(rows, wall, n, price=price, model_bytes=mb, peak_gb_s=peak)
-    return {"streams": n, "wall_s": wall, "finished_at": _now(), "runs": rows, "summary": summary}
+    return {"streams": n, "wall_s": wall, "finished_at": _now(), "client_loadavg_1m": [load_before, _load()],
+            "runs": rows, "summary": summary}  # fmt: skip
 
 
 def _step_line(step: dict[str, Any]) -> str:
     s, n = step["summary"], step["streams"]
     if s is None:
-        return f"[{n} streams] no valid request ({len(step['runs'])} failed)"
+        return f"[{capacity.streams_text(n)}] no valid request ({len(step['runs'])} failed)"
     text = (
-        f"[{n} streams] aggregate {s['aggregate_tok_s']:.2f} tok/s, per stream {s['per_stream_tok_s']:.2f}, "
+        f"[{capacity.streams_text(n)}] aggregate {s['aggregate_tok_s']:.2f} tok/s, "
+        f"per stream {s['per_stream_tok_s']:.2f}, "
         f"TTFT P50/P95 {s['ttft_ms']['p50']:.0f}/{s['ttft_ms']['p95']:.0f} ms, "
         + (f"ITL P95 {s['itl_ms']['p95']:.1f} ms, " if s.get("itl_ms") else "")
         + f"{s['errors']} failed ({s['rate_limited']} x 429)"
@@ -269,8 +272,7 @@ def _step_line(step: dict[str, Any]) -> str:
 def _render(a: argparse.Namespace, doc: dict[str, Any], catalog: Any) -> int:
     """The table, the knee and what to write into the profile (stdout, --markdown), and the chart (--chart)."""
     m = doc["method"]
-    knee = capacity.Knee(**doc["knee"]) if doc.get("knee") else capacity.find_knee(
-        doc["steps"], min_growth=m["knee_growth"], ttft_limit_s=m["ttft_p95_limit_s"])  # fmt: skip
+    knee = capacity.find_knee(doc["steps"], min_growth=m["knee_growth"], ttft_limit_s=m["ttft_p95_limit_s"])
     profile = capacity.base_profile(doc["profile"], catalog)
     lines = [
         f"## Capacity: {doc['model']} on {doc['hardware']} ({doc['profile']}), max_tokens {m['max_tokens']}",

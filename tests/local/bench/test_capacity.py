@@ -34,12 +34,17 @@ def test_doubling_ends_at_the_maximum_and_lists_must_rise() -> None:
             capacity.parse_streams(bad)
 
 
-def test_the_knee_is_the_last_step_before_growth_stalls() -> None:
+def test_the_knee_is_the_fewest_streams_past_which_no_step_adds_the_growth() -> None:
     steps = [step(1, 40.0), step(2, 70.0), step(4, 75.0), step(8, 76.0)]
     knee = capacity.find_knee(steps, min_growth=0.10, ttft_limit_s=30)
     assert (knee.streams, knee.limited_by) == (2, "growth")
-    assert "70.00 -> 75.00 tok/s from 2 to 4 streams (+7.1%), under the 10%" in knee.reason
-    assert capacity.find_knee(steps, min_growth=0.05, ttft_limit_s=30).streams == 4  # 7.1% is enough at 5%
+    assert "70.00 tok/s at 2 streams; more streams reach at most 76.00 (+8.6% at 8), under the 10%" in knee.reason
+    assert capacity.find_knee(steps, min_growth=0.05, ttft_limit_s=30).streams == 4  # 75 is within 5% of 76
+
+
+def test_a_step_a_neighbour_slowed_does_not_end_the_curve() -> None:
+    steps = [step(1, 40.0), step(2, 20.0), step(4, 80.0), step(8, 81.0)]
+    assert capacity.find_knee(steps, min_growth=0.10, ttft_limit_s=30).streams == 4
 
 
 def test_the_knee_stops_where_ttft_passes_the_limit_or_requests_fail() -> None:

@@ -58,3 +58,33 @@ def test_the_docs_show_the_local_run_as_report_prints_it() -> None:
     s = local.sequential[0]["summary"]
     assert s["harness_generation_tok_s"] / s["predicted_per_second"] == pytest.approx(1, abs=0.0002)
     assert local.sequential[0]["method"]["max_tokens"] == 2048  # the report's full method
+
+
+def test_the_docs_show_the_roofline_of_the_reports_figures_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    from gguf_serve.local.bench import roofline
+
+    assert roofline.figures_table(REPORT, CATALOG) in DOC
+    assert main(["roofline", "--all"]) == 0
+    every = capsys.readouterr().out
+    assert "| g5.xlarge | Qwen3.6-27B, MTP OFF | 26.17 |" in every
+    for row in every.splitlines():
+        if row.startswith(("| g5.xlarge | Qwen3.6-27B, MTP OFF", "| c8g.4xlarge | Qwen3.6-27B, MTP OFF")):
+            assert row in DOC  # the dense rows the text sets beside the MoE's
+
+
+def test_the_docs_show_the_capacity_curves_as_capacity_prints_them() -> None:
+    import json
+
+    from gguf_serve.local.bench import capacity
+
+    data = Path(__file__).resolve().parents[3] / "gguf_serve" / "local" / "bench" / "data" / "capacity"
+    paths = sorted(data.glob("*.json"))
+    assert len(paths) == 2
+    for path in paths:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        assert doc["complete"] is True and doc["method"]["max_tokens"] == 2048  # the report's full method
+        assert doc["server_slots"] == doc["method"]["streams"][-1] == 8  # no step queued behind the slots
+        assert capacity.table(doc) in DOC
+        m = doc["method"]
+        knee = capacity.find_knee(doc["steps"], min_growth=m["knee_growth"], ttft_limit_s=m["ttft_p95_limit_s"])
+        assert f"knee: {capacity.streams_text(knee.streams)}: {knee.reason}" in DOC

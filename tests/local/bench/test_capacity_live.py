@@ -77,3 +77,21 @@ def test_the_capacity_curve_of_a_real_server(
     text = (CATALOG.root.parent / where[0]).read_text().splitlines()[int(where[1].split()[0]) - 1]
     assert text.split("#")[0].strip() == "parallel = 2" and f"parallel = {knee['streams']}" in line
     assert capacity.table(doc) in md.read_text() and chart.stat().st_size > 5_000
+
+
+def test_a_run_states_its_roofline(four_slots, gemma_gguf: Path, tmp_path: Path) -> None:
+    """`run` reads the server's own decode rate against the bytes per token and a probe figure given for the host."""
+    out = tmp_path / "run.json"
+    code = main(["run", "--endpoint", four_slots.url, "--api-key", four_slots.api_key, "--max-tokens", "16",
+                 "--repetitions", "1", "--warmup", "0", "--gguf", str(gemma_gguf), "--bandwidth-gbs", "50",
+                 "-o", str(out)])  # fmt: skip
+    assert code == 0
+    doc = json.loads(out.read_text())
+    [row] = doc["runs"]
+    mb = roofline.from_gguf(gemma_gguf, GEMMA3_270M, mtp=False)
+    rf = doc["roofline"]
+    assert rf["tok_s"] == pytest.approx(doc["summary"]["predicted_per_second"])
+    assert rf["bytes_per_token"] == pytest.approx(
+        mb.per_token(depth=row["prompt_tokens"] + row["completion_tokens"] / 2)
+    )
+    assert rf["efficiency"] == pytest.approx(rf["implied_gb_s"] / 50)

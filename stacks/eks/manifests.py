@@ -22,7 +22,7 @@ from stacks.eks.workload import NAMESPACE, PROFILE_LABEL, STARTUP_PERIOD_S, Serv
 
 RUN_VOLUME = names.RUN_DIR  # memory-backed: the API key and the drain outcome
 POD_TMP = "/tmp"  # noqa: S108 - the pod's own emptyDir, writable with a read-only root
-KEY_FILE = f"{RUN_VOLUME}/api-key"
+KEY_FILE = names.API_KEY_ENV_FILE  # LLAMA_API_KEY=<key>, as on an instance (gguf_serve/container/kube/apikey.py)
 DRAIN_FILE = f"{RUN_VOLUME}/drain.json"
 APP = "app.kubernetes.io/name"
 
@@ -61,11 +61,14 @@ def serving_objects(w: ServingWorkload, d: WorkloadDeploy) -> list[dict[str, Any
             "externalTrafficPolicy": "Local",
         },
     }
+    # A voluntary disruption (kubectl drain, a node group upgrade) may not take the profile under its minimum: the
+    # eviction waits until the scaler's replacement serves (gguf_serve/container/kube/scaler.py), then the scaler
+    # lets the cordoned pod go itself. maxUnavailable 1 allowed evicting the only pod of a profile at one replica.
     budget = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": w.name, **meta},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels(w)}},
+        "spec": {"minAvailable": w.min_replicas, "selector": {"matchLabels": labels(w)}},
     }
     return [runtime, deployment(w, d), service, budget]
 
@@ -180,6 +183,7 @@ def _hop(w: ServingWorkload, d: WorkloadDeploy) -> dict[str, Any]:
     hop = ["python3", "-m", "gguf_serve.container.hop", "--listen", f"0.0.0.0:{w.port}"]
     hop += ["--upstream", f"http://127.0.0.1:{names.UPSTREAM_PORT}", "--spec", names.RUNTIME_SPEC_PATH]
     hop += ["--gpu-metrics", "off", "--drain-deadline", str(w.drain_deadline_s), "--pod-drain", DRAIN_FILE]
+    hop += ["--api-key-env-file", KEY_FILE]  # the key its init container wrote: keyless requests get 401 at the head
     prestop = ["python3", "-m", "gguf_serve.container.hop.pod", "prestop", "--report", DRAIN_FILE]
     return _container(
         "hop",

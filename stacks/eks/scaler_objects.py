@@ -80,6 +80,7 @@ def _deployment(w: ServingWorkload, d: ScalerDeploy, selector: dict[str, str]) -
     scale += ["--target-busy-ratio", str(w.target_busy_ratio), "--deferred-step", str(w.deferred_step)]
     scale += ["--key-file", KEY_FILE, "--cluster", d.cluster, "--nodegroup", d.nodegroup, "--region", d.region]
     scale += ["--fixed-nodes", str(d.fixed_nodes)] if d.fixed_nodes else []
+    scale += ["--profile-nodes", f"{PROFILE_LABEL}={w.name}"]  # a pod on a cordoned node is replaced first
     hardened = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
     env = region_env(d.region) + [{"name": "HOME", "value": POD_TMP}]
     mounts = [{"name": "run", "mountPath": RUN_VOLUME}, {"name": "tmp", "mountPath": POD_TMP}]

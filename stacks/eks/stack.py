@@ -23,6 +23,7 @@ from stacks.eks.acknowledgements import acknowledge_cluster, acknowledge_pod_rol
 from stacks.eks.cluster import ServingCluster, control_target, kube_arch
 from stacks.eks.manifests import WorkloadDeploy, serving_objects
 from stacks.eks.nodes import ServingNodes
+from stacks.eks.scaler_guard import scaler_guard_objects
 from stacks.eks.scaler_objects import ScalerDeploy, scaler_name, scaler_objects
 from stacks.eks.targets import NodegroupTargets, managed_groups_arn
 from stacks.eks.workload import NAMESPACE, ServingWorkload, node_port
@@ -80,6 +81,8 @@ class EksServingStack(Stack):
                 debian_mirrors=debian_mirrors,
             )  # fmt: skip
         self.control_image = images[control.name]  # every scaler's, on the system nodes of its architecture
+        # What a scaler may change in a pod, enforced by the API server before any scaler runs (scaler_guard.py)
+        self.scaler_guard = self.serving.cluster.add_manifest("ScalerGuard", *scaler_guard_objects())
         self.load_balancers: dict[str, InferenceLoadBalancer] = {}
         for i, plan in enumerate(plans):
             name = plan.profile.name if plan.profile else ""
@@ -143,7 +146,7 @@ class EksServingStack(Stack):
             fixed_nodes=0 if nodes.floor is None else w.min_replicas,  # the On-Demand floor, outside the scaled group
         )  # fmt: skip
         cluster.add_manifest(f"{profile.name}-scaler", *scaler_objects(w, scaler_deploy)).node.add_dependency(
-            scaler, workload, control.build
+            scaler, workload, control.build, self.scaler_guard
         )
         lb = InferenceLoadBalancer(
             scope, "LoadBalancer", vpc=vpc, vpc_cidr=f.network.vpc_cidr, access_logs=self.access_logs.bucket,

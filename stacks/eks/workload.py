@@ -50,10 +50,10 @@ class ServingWorkload:
     @classmethod
     def of(cls, profile: ServingProfile, capacity: Capacity | None = None) -> ServingWorkload:
         """capacity: the group's sizes as deployed (stacks/plan.py: minCapacity applied); default the profile's."""
-        if not _NAME.match(profile.name) or len(profile.name) > 40:
+        if not _NAME.match(profile.name) or len(profile.name) > 40 or profile.name.endswith("-scaler"):
             raise ProfileError(
                 f"profile {profile.name!r}: an EKS workload name must be lower-case letters, digits and '-' (at most "
-                "40): rename the profile file"
+                "40), not ending in -scaler (its scaler's name): rename the profile file"
             )
         spec = profile.runtime()
         pod_spec = replace(spec, server=replace(spec.server, host="127.0.0.1", port=names.UPSTREAM_PORT))

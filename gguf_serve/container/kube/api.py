@@ -40,6 +40,7 @@ class Node:
     name: str
     instance_id: str | None  # from spec.providerID, aws:///<zone>/<instance id>
     created: str  # metadata.creationTimestamp (RFC 3339)
+    unschedulable: bool = False  # spec.unschedulable: cordoned (kubectl drain, a node group upgrade)
 
 
 class KubeApi:
@@ -116,4 +117,7 @@ def _node(item: dict[str, Any]) -> Node:
     provider = item.get("spec", {}).get("providerID", "")
     instance = provider.rsplit("/", 1)[-1] if provider.startswith("aws://") else None
     meta = item["metadata"]
-    return Node(name=meta["name"], instance_id=instance or None, created=meta.get("creationTimestamp", ""))
+    return Node(
+        name=meta["name"], instance_id=instance or None, created=meta.get("creationTimestamp", ""),
+        unschedulable=bool(item.get("spec", {}).get("unschedulable")),
+    )  # fmt: skip

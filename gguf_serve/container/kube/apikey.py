@@ -2,7 +2,9 @@
 
 The key never appears in a manifest, a ConfigMap or a Kubernetes Secret: the init container reads it with the pod's
 own IAM role (IAM roles for service accounts) and writes it to a memory-backed emptyDir, readable by the pod's user
-only; `serve` puts it in llama-server's environment (LLAMA_API_KEY, as on an instance) and execs the launcher.
+only, as the instance's env file (`LLAMA_API_KEY=<key>`, gguf_serve.container.names.API_KEY_ENV_FILE): the hop reads
+it with --api-key-env-file exactly as on an instance, `serve` puts the key in llama-server's environment and execs
+the launcher, and the scaler sends it to each pod's /metrics.
 """
 
 from __future__ import annotations
@@ -35,8 +37,21 @@ def write_api_key(secret_id: str, path: Path, *, region: str | None = None, clie
     partial = path.with_name(path.name + ".part")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(key)
+        f.write(f"{API_KEY_ENV}={key}\n")
     partial.replace(path)
+
+
+def read_api_key(path: Path) -> str:
+    """The key of an env file write_api_key wrote (its LLAMA_API_KEY line); ApiKeyError when there is none."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ApiKeyError(f"cannot read the API key file {path}: {e.strerror}") from None
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == API_KEY_ENV and value.strip():
+            return value.strip()
+    raise ApiKeyError(f"the API key file {path} has no {API_KEY_ENV}=... line")
 
 
 def serve_with_key(key_file: Path, launch_args: list[str]) -> int:
@@ -44,12 +59,9 @@ def serve_with_key(key_file: Path, launch_args: list[str]) -> int:
     from gguf_serve.container.launch.cli import main as launch
 
     try:
-        key = key_file.read_text().strip()
-    except OSError as e:
-        print(f"gguf-serve-kube: cannot read the API key file {key_file}: {e.strerror}", file=sys.stderr, flush=True)
-        return 1
-    if not key:
-        print(f"gguf-serve-kube: the API key file {key_file} is empty", file=sys.stderr, flush=True)
+        key = read_api_key(key_file)
+    except ApiKeyError as e:
+        print(f"gguf-serve-kube: {e}", file=sys.stderr, flush=True)
         return 1
     os.environ[API_KEY_ENV] = key
     return launch(["serve", *launch_args])

@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from gguf_serve.container.kube.apikey import ApiKeyError, serve_with_key, write_api_key
+from gguf_serve.container.kube.apikey import ApiKeyError, read_api_key, serve_with_key, write_api_key
 
 
 def _api_key(args: argparse.Namespace) -> int:
@@ -54,8 +54,9 @@ def _scale(args: argparse.Namespace) -> int:
     key_file: Path | None = args.key_file
     scaler = Scaler(
         api=api, namespace=args.namespace, deployment=args.deployment, selector=args.selector, policy=policy,
-        api_key=lambda: key_file.read_text().strip() if key_file else None, port=args.port, nodes=nodes,
+        api_key=lambda: read_api_key(key_file) if key_file else None, port=args.port, nodes=nodes,
         node_selector=f"eks.amazonaws.com/nodegroup={args.nodegroup}", fixed_nodes=args.fixed_nodes,
+        profile_nodes=args.profile_nodes,
     )  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -100,6 +101,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--key-file", type=Path, help="the API key file (the pods' /metrics need the key)")
     c.add_argument("--cluster", help="EKS cluster name (with --nodegroup)")
     c.add_argument("--nodegroup", help="managed node group whose nodes follow the pods (none: pods only)")
+    c.add_argument(
+        "--profile-nodes", default="",
+        help="label selector of every node of the profile: a pod on a cordoned one is replaced before it goes",
+    )  # fmt: skip
     c.add_argument(
         "--fixed-nodes", type=int, default=0,
         help="the profile's nodes outside --nodegroup, always there (an On-Demand floor beside a Spot group)",

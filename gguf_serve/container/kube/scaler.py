@@ -12,6 +12,10 @@ taking the least busy pod first (the pod-deletion-cost annotation); its preStop 
 Nodes follow pods one to one (a serving pod asks for its whole node): the node group's Auto Scaling group is set to
 the replicas on the way out, and on the way in the scaler terminates a node that holds no serving pod, with
 ShouldDecrementDesiredCapacity, as the cluster autoscaler does on AWS (never a node that still serves).
+A pod on a cordoned node (kubectl drain, a node group upgrade) is replaced before it goes: the scaler adds a replica
+for it, and once the replacement is ready, takes the replica back with the cordoned pod marked to go first. The
+disruption budget (stacks/eks/manifests.py: minAvailable, the profile's minimum) holds the drain's own eviction
+until then, so a profile at its minimum never has fewer pods serving than that.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ log = logging.getLogger("gguf-serve-scaler")
 PROCESSING = "llamacpp:requests_processing"
 DEFERRED = "llamacpp:requests_deferred"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"  # lower goes first on scale-in (Kubernetes docs)
+GO_FIRST = str(-(2**31))  # the lowest deletion cost (an int32: "Pod deletion cost", Kubernetes docs)
 
 
 @dataclass(frozen=True)
@@ -136,10 +141,12 @@ class Scaler:
     nodes: NodeGroup | None = None
     node_selector: str = ""  # the node group's nodes (eks.amazonaws.com/nodegroup=<name>)
     fixed_nodes: int = 0  # the profile's nodes outside `nodes` (an On-Demand floor beside a Spot group)
+    profile_nodes: str = ""  # every node of the profile (gguf-serve/profile=<name>): where a cordon is looked for
 
     def __post_init__(self) -> None:
         self.stabilizer = Stabilizer(self.policy.scale_in_after_s)
         self.shed_seen: dict[str, float] = {}
+        self.replacing: set[str] = set()  # pods on cordoned nodes a replica was added for
 
     def step(self, now: float | None = None) -> int:
         now = time.time() if now is None else now
@@ -148,16 +155,40 @@ class Scaler:
         loads = [load for load in (self._load(p) for p in pods if p.ready and p.ip) if load is not None]
         shed = self._shed(loads)
         current = self.api.replicas(self.namespace, self.deployment)
-        recommended, why = recommend(self.policy, current, loads, shed)
-        target = self.stabilizer.decide(now, current, recommended)
+        moving = self._on_cordoned(pods)
+        self.replacing &= {p.name for p in moving}  # a replaced pod that is gone needs its replica no more
+        base = current - len(self.replacing)  # the replicas the load has, without the ones added for a move
+        recommended, why = recommend(self.policy, base, loads, shed)
+        target = self.stabilizer.decide(now, base, recommended)
+        names = {p.name for p in moving}
+        settled = sum(p.ready for p in pods if p.name not in names)  # serving pods that are not leaving
+        released = bool(moving) and settled >= target
+        if released:  # the replacements serve: take the added replicas back, the cordoned pods going first
+            self._rank_for_scale_in(loads, first=sorted(names))
+            self.replacing.clear()
+            why = f"{len(moving)} pod(s) on cordoned nodes replaced"
+        elif moving:  # a replacement before a move: one replica more for each pod on a cordoned node
+            self.replacing |= names
+            target = min(target + len(self.replacing), self.policy.max_replicas + 1)
+            why = f"replacing {len(self.replacing)} pod(s) on cordoned nodes first"
         if target != current:
-            if target < current:
+            if target < current and not released:
                 self._rank_for_scale_in(loads)
             self.api.scale(self.namespace, self.deployment, target)
             log.info("replicas %d -> %d (%s)", current, target, why)
         if self.nodes is not None:
             self._follow(max(target, len(pods)), every, now)
         return target
+
+    def _on_cordoned(self, pods: list[Pod]) -> list[Pod]:
+        if not self.profile_nodes:
+            return []
+        try:
+            cordoned = {n.name for n in self.api.nodes(self.profile_nodes) if n.unschedulable}
+        except KubeError as e:
+            log.warning("cannot list the profile's nodes: %s", e)
+            return []
+        return [p for p in pods if p.node in cordoned]
 
     def _load(self, pod: Pod) -> PodLoad | None:
         try:
@@ -185,13 +216,15 @@ class Scaler:
         self.shed_seen = {load.name: load.shed_total for load in loads}
         return total
 
-    def _rank_for_scale_in(self, loads: list[PodLoad]) -> None:
-        for load in loads:
-            cost = int(load.processing + load.deferred)
+    def _rank_for_scale_in(self, loads: list[PodLoad], first: list[str] | None = None) -> None:
+        """Each pod's deletion cost: its busy and waiting requests (the least busy goes first), `first` lowest."""
+        costs = {load.name: str(int(load.processing + load.deferred)) for load in loads}
+        costs.update({name: GO_FIRST for name in first or []})
+        for name, cost in costs.items():
             try:
-                self.api.annotate(self.namespace, load.name, {DELETION_COST: str(cost)})
+                self.api.annotate(self.namespace, name, {DELETION_COST: cost})
             except KubeError as e:
-                log.warning("pod %s: cannot set %s: %s", load.name, DELETION_COST, e)
+                log.warning("pod %s: cannot set %s: %s", name, DELETION_COST, e)
 
     def _follow(self, need: int, pods: list[Pod], now: float) -> None:
         """`need`: nodes for the pods wanted and those still starting (a rollout's surge); `pods`: every serving pod,

@@ -12,7 +12,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from gguf_serve.container.kube.apikey import ApiKeyError, write_api_key
+from gguf_serve.container.hop.auth import ApiKeys
+from gguf_serve.container.kube.apikey import ApiKeyError, read_api_key, write_api_key
 from tests.conftest import ROOT
 
 
@@ -26,7 +27,8 @@ def test_the_key_is_written_for_the_pod_user_only(secrets, tmp_path):
     arn = secrets.create_secret(Name="k", SecretString="abc123")["ARN"]
     out = tmp_path / "api-key"
     write_api_key(arn, out, client=secrets)
-    assert out.read_text() == "abc123"
+    assert out.read_text() == "LLAMA_API_KEY=abc123\n"  # the instance's env file: the hop reads it the same way
+    assert read_api_key(out) == "abc123" and ApiKeys(env_file=out).keys == (b"abc123",)
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert not (tmp_path / "api-key.part").exists()
 
@@ -41,7 +43,7 @@ def test_a_missing_or_blank_secret_is_one_line_and_no_file(secrets, tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("content", [None, ""])
+@pytest.mark.parametrize("content", [None, "", "abc123\n"])  # none, empty, a bare key (no LLAMA_API_KEY= line)
 def test_serve_without_a_key_refuses_in_one_line(tmp_path, content):
     key = tmp_path / "api-key"
     if content is not None:
@@ -57,7 +59,7 @@ def test_serve_without_a_key_refuses_in_one_line(tmp_path, content):
 def test_serve_hands_the_key_to_the_launcher(tmp_path):
     """With a key, the launcher runs (and here refuses the missing spec in its own one line: exit 78, EX_CONFIG)."""
     key = tmp_path / "api-key"
-    key.write_text("k\n")
+    key.write_text("LLAMA_API_KEY=k\n")
     out = subprocess.run(
         [sys.executable, "-m", "gguf_serve.container.kube", "serve", "--key-file", str(key), "--",
          "--spec", str(tmp_path / "absent.json"), "--model-dir", str(tmp_path)],

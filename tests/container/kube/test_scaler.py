@@ -254,3 +254,26 @@ def test_with_an_on_demand_floor_the_spot_group_holds_only_the_pods_above_it(clu
     kube.replicas = 3
     without.step(now=time.time())
     assert asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["DesiredCapacity"] == 3
+
+
+def test_a_pod_on_a_cordoned_node_is_replaced_before_it_goes(cluster):
+    """kubectl drain (or a node group upgrade) cordons node-0: the scaler adds a replica, waits while the replacement
+    is not ready, then takes the replica back with serving-0 marked to go first (the disruption budget holds the
+    drain's eviction meanwhile). Without the cordon, nothing changes."""
+    from dataclasses import replace
+
+    from gguf_serve.container.kube.scaler import GO_FIRST
+
+    kube, pods, port = cluster
+    for node in kube.nodes:
+        node["metadata"]["labels"]["gguf-serve/profile"] = "graviton-moe"
+    scaler = replace(_scaler(kube, port), profile_nodes="gguf-serve/profile=graviton-moe")
+    assert scaler.step(now=time.time()) == 2 and kube.replicas == 2  # negative control: no cordon, no move
+    kube.nodes[0]["spec"]["unschedulable"] = True
+    assert scaler.step(now=time.time()) == 3 and kube.replicas == 3  # a replacement first
+    kube.add_pod("serving-new", "127.0.0.4", "node-2", ready=False, labels=LABELS)
+    assert scaler.step(now=time.time()) == 3  # not ready yet: serving-0 stays
+    kube.pods[-1]["status"]["conditions"][0]["status"] = "True"
+    assert scaler.step(now=time.time()) == 2 and kube.replicas == 2  # ready: the added replica goes back
+    costs = {p["metadata"]["name"]: p["metadata"]["annotations"].get(DELETION_COST) for p in kube.pods}
+    assert costs["serving-0"] == GO_FIRST and costs["serving-1"] != GO_FIRST  # the cordoned pod goes first

@@ -21,6 +21,10 @@ RESOURCES = {
     ],
     "apps/v1": [("deployments", "Deployment", True)],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True)],
+    "admissionregistration.k8s.io/v1": [
+        ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
+        ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
+    ],
     "rbac.authorization.k8s.io/v1": [
         ("roles", "Role", True),
         ("rolebindings", "RoleBinding", True),

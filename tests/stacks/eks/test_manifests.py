@@ -134,7 +134,10 @@ def test_the_pod_is_the_profile_one_source_of_truth(name):
     assert models["emptyDir"]["sizeLimit"] == requests["ephemeral-storage"]
     assert int(requests["ephemeral-storage"][:-2]) * 2**30 > profile.model.size_bytes
     assert int(requests["memory"][:-2]) + 0.5 < profile.hardware.memory_gib  # the hop and the node's own
-    assert service["spec"]["externalTrafficPolicy"] == "Local" and budget["spec"]["maxUnavailable"] == 1
+    assert service["spec"]["externalTrafficPolicy"] == "Local" and budget["spec"] == {
+        "minAvailable": w.min_replicas,
+        "selector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]},
+    }  # the only pod is never evicted before a replacement serves
 
 
 def test_containers_run_as_the_image_user_read_only_with_nothing_extra():

@@ -47,8 +47,9 @@ def acknowledge_pod_roles(scope: Construct, *, cache_objects: str, groups: str) 
         scope,
         "AwsSolutions-IAM5",
         "Model files under the cache prefix (names come from the profile); the node group's Auto Scaling group, named "
-        "by EKS at deploy (eks-<node group>-<uuid>), by that pattern; DescribeAutoScalingGroups has no resource-level "
-        "permission (Service Authorization Reference, Amazon EC2 Auto Scaling).",
+        "by EKS at deploy (eks-<node group>-<uuid>), by that pattern; DescribeAutoScalingGroups and DescribeInstances "
+        "(a pod finds its node's instance id) have no resource-level permission (Service Authorization Reference, "
+        "Amazon EC2 Auto Scaling, Amazon EC2).",
         findings=[f"Resource::{cache_objects}", f"Resource::{groups}", "Resource::*"],
     )
 

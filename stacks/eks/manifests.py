@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gguf_serve.container import names
+from gguf_serve.container.kube.targets import HOST_IP_ENV
 from stacks.eks.cluster import ARCH_LABEL
 from stacks.eks.workload import NAMESPACE, PROFILE_LABEL, STARTUP_PERIOD_S, ServingWorkload
 
@@ -36,8 +37,9 @@ class WorkloadDeploy:
     region: str
     api_key_secret_arn: str
     model_cache_url: str
-    service_account: str  # the serving pods' (IRSA: S3 cache, the secret)
+    service_account: str  # the serving pods' (IRSA: S3 cache, the secret, their node in the target group)
     node_port: int
+    target_group_arn: str = ""  # the profile's: the hop's hooks put its node in and take it out before the drain
 
 
 def labels(w: ServingWorkload) -> dict[str, str]:
@@ -185,7 +187,16 @@ def _hop(w: ServingWorkload, d: WorkloadDeploy) -> dict[str, Any]:
     hop += ["--gpu-metrics", "off", "--drain-deadline", str(w.drain_deadline_s), "--pod-drain", DRAIN_FILE]
     hop += ["--api-key-env-file", KEY_FILE]  # the key its init container wrote: keyless requests get 401 at the head
     prestop = ["python3", "-m", "gguf_serve.container.hop.pod", "prestop", "--report", DRAIN_FILE]
-    return _container(
+    prestop += ["--wait", str(w.drain_deadline_s + 10)]
+    hooks: dict[str, Any] = {"preStop": {"exec": {"command": prestop}}}
+    if d.target_group_arn:  # out of the load balancer before the drain, back in at a start (kube/targets.py)
+        lb = ["python3", "-m", "gguf_serve.container.kube"]
+        where = ["--target-group", d.target_group_arn, "--port", str(d.node_port), "--region", d.region]
+        hooks = {
+            "postStart": {"exec": {"command": [*lb, "lb-join", *where]}},
+            "preStop": {"exec": {"command": [*lb, "lb-leave", *where, "--", *prestop]}},
+        }
+    container = _container(
         "hop",
         d,
         [("run", RUN_VOLUME, False), _RUNTIME, _TMP],
@@ -200,8 +211,11 @@ def _hop(w: ServingWorkload, d: WorkloadDeploy) -> dict[str, Any]:
             "failureThreshold": 2,
         },
         livenessProbe={"tcpSocket": {"port": "http"}, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
-        lifecycle={"preStop": {"exec": {"command": [*prestop, "--wait", str(w.drain_deadline_s + 10)]}}},
+        lifecycle=hooks,
     )
+    # the node's private IP for the hooks (the downward API; a pod cannot read the instance metadata)
+    container["env"].append({"name": HOST_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}})
+    return container
 
 
 def region_env(region: str) -> list[dict[str, str]]:

@@ -123,10 +123,20 @@ class EksServingStack(Stack):
             )
         )
         port = node_port(index)
+        lb = self._load_balancer(scope, plan, nodes, port, vpc, certificate_arn)
+        # The hop's hooks take its node out of the target group before the drain and put it back at a start
+        # (gguf_serve/container/kube/targets.py): that target group only, and DescribeInstances to find the node.
+        pods.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"],
+                resources=[lb.target_group.target_group_arn],
+            )
+        )
+        pods.add_to_principal_policy(iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"]))
         deploy = WorkloadDeploy(
             image=image.image_uri, architecture=kube_arch(image.target.architecture), region=self.region,
             api_key_secret_arn=self.api_key.secret.secret_arn, model_cache_url=self.cache.s3_url,
-            service_account=w.name, node_port=port,
+            service_account=w.name, node_port=port, target_group_arn=lb.target_group.target_group_arn,
         )  # fmt: skip
         workload = cluster.add_manifest(f"{profile.name}-workload", *serving_objects(w, deploy))
         workload.node.add_dependency(pods, image.build, self.serving.namespace)
@@ -148,6 +158,17 @@ class EksServingStack(Stack):
         cluster.add_manifest(f"{profile.name}-scaler", *scaler_objects(w, scaler_deploy)).node.add_dependency(
             scaler, workload, control.build, self.scaler_guard
         )
+        self.load_balancers[profile.name] = lb
+        CfnOutput(
+            scope, "EndpointUrl", value=f"{lb.url}/v1", description=f"{profile.name}: OpenAI-compatible URL (VPC)"
+        )
+
+    def _load_balancer(
+        self, scope: Construct, plan: ServicePlan, nodes: ServingNodes, port: int, vpc: ec2.IVpc,
+        certificate_arn: str | None,
+    ) -> InferenceLoadBalancer:  # fmt: skip
+        """The EC2 stacks' internal ALB construct on the profile's NodePort, both node groups' nodes attached."""
+        cluster, f = self.serving.cluster, plan.fleet
         lb = InferenceLoadBalancer(
             scope, "LoadBalancer", vpc=vpc, vpc_cidr=f.network.vpc_cidr, access_logs=self.access_logs.bucket,
             targets=[], target_port=port, settings=f.load_balancer, allowed_cidrs=plan.options.allowed_cidrs,
@@ -165,10 +186,7 @@ class EksServingStack(Stack):
                 scope, f"Targets{suffix}", cluster_name=cluster.cluster_name, nodegroup=group,
                 target_group=lb.target_group,
             )  # fmt: skip
-        self.load_balancers[profile.name] = lb
-        CfnOutput(
-            scope, "EndpointUrl", value=f"{lb.url}/v1", description=f"{profile.name}: OpenAI-compatible URL (VPC)"
-        )
+        return lb
 
     def _account(self, scope: Construct, construct_id: str, name: str) -> eks.ServiceAccount:
         """A service account in the serving namespace with its own IAM role (IRSA: Pod Identity is not offered in

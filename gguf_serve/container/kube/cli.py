@@ -1,4 +1,4 @@
-"""`python3 -m gguf_serve.container.kube api-key|serve|scale` (gguf_serve/container/kube/__init__.py)."""
+"""`python3 -m gguf_serve.container.kube api-key|serve|scale|lb-join|lb-leave` (see the package's docstring)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from gguf_serve.container.kube.apikey import ApiKeyError, read_api_key, serve_with_key, write_api_key
+from gguf_serve.container.kube.targets import HOST_IP_ENV, SETTLE_S
 
 
 def _api_key(args: argparse.Namespace) -> int:
@@ -24,6 +25,30 @@ def _api_key(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     return serve_with_key(args.key_file, args.launch_args)
+
+
+def _lb(args: argparse.Namespace) -> int:
+    """postStart (`lb-join`) and preStop (`lb-leave`, then the command after --): never fails the hook itself."""
+    import os
+
+    from gguf_serve.container.kube.targets import clients_for, move, settle
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s gguf-serve-kube %(levelname)s %(message)s")
+    host_ip = args.host_ip or os.environ.get(HOST_IP_ENV, "")
+    action = "join" if args.command == "lb-join" else "leave"
+    left = False
+    if host_ip:
+        left = move(action, target_group=args.target_group, port=args.port, host_ip=host_ip,
+                    clients=clients_for(args.region)) is not None  # fmt: skip
+    else:
+        logging.getLogger("gguf-serve-kube").warning("%s: no host IP (%s unset): nothing to do", action, HOST_IP_ENV)
+    then = args.then[1:] if args.then[:1] == ["--"] else args.then
+    if action == "leave" and then:
+        if left:
+            settle(args.settle)
+        sys.stdout.flush()
+        os.execvp(then[0], then)  # noqa: S606 - the hop's own preStop (its drain), in this process, argv as given
+    return 0
 
 
 def _scale(args: argparse.Namespace) -> int:
@@ -112,6 +137,18 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--region")
     c.add_argument("--api-server", help="API server URL without TLS or token (tests); default: in-cluster")
     c.set_defaults(func=_scale)
+    for name, what in (
+        ("lb-join", "register this pod's node in its target group (postStart)"),
+        ("lb-leave", "deregister it, wait --settle s, then run the command after -- (preStop)"),
+    ):
+        t = sub.add_parser(name, help=what)
+        t.add_argument("--target-group", required=True, help="the profile's target group ARN")
+        t.add_argument("--port", type=int, required=True, help="the Service's NodePort")
+        t.add_argument("--host-ip", help=f"the node's private IP (default: ${HOST_IP_ENV})")
+        t.add_argument("--region", help="default: the SDK's (AWS_REGION)")
+        t.add_argument("--settle", type=float, default=SETTLE_S, help="s between the deregistration and the command")
+        t.add_argument("then", nargs=argparse.REMAINDER, help="after --: what runs next (the hop's preStop)")
+        t.set_defaults(func=_lb)
     return p
 
 

@@ -156,3 +156,24 @@ def test_on_spot_a_profile_gets_an_on_demand_floor_and_a_spot_group_of_several_t
     assert command[command.index("--nodegroup") + 1] == f"<{spot_id}.NodegroupName>"
     attached = [flat(p["Nodegroup"]) for p in resources(spot_cluster, "Custom::NodegroupTargets").values()]
     assert len(attached) == 2  # both groups' nodes behind the load balancer
+
+
+def test_each_serving_pod_may_move_its_node_in_and_out_of_its_own_target_group_only(eks_template):
+    """The hop's hooks (gguf_serve/container/kube/targets.py): Register/DeregisterTargets on the profile's target
+    group, no other; its preStop takes the node out before the drain, its postStart puts it back."""
+    groups = resources(eks_template, "AWS::ElasticLoadBalancingV2::TargetGroup")
+    deployments = {o["metadata"]["name"]: o for o in kube_objects(eks_template) if o["kind"] == "Deployment"}
+    policies = resources(eks_template, "AWS::IAM::Policy").values()
+    for name in PROFILES:
+        [hop] = deployments[name]["spec"]["template"]["spec"]["containers"]
+        leave = hop["lifecycle"]["preStop"]["exec"]["command"]
+        join = hop["lifecycle"]["postStart"]["exec"]["command"]
+        assert leave[3] == "lb-leave" and join[3] == "lb-join"
+        target = leave[leave.index("--target-group") + 1]
+        assert target == join[join.index("--target-group") + 1] and target.strip("<>").split(".")[0] in groups
+        assert leave[leave.index("--") + 1 :][:3] == ["python3", "-m", "gguf_serve.container.hop.pod"]  # then drain
+        assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in hop["env"]
+        statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]
+                      if "elasticloadbalancing:DeregisterTargets" in s["Action"]]  # fmt: skip
+        assert len(statements) == len(PROFILES)
+        assert all(isinstance(s["Resource"], dict) and "Ref" in s["Resource"] for s in statements)  # one group each

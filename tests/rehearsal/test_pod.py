@@ -50,9 +50,11 @@ def _stream(port: int, max_tokens: int) -> dict:
     return {"status": answer.status, "body": seen, "first": first, "last": time.monotonic()}
 
 
-def _request(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict[str, str]]:
+def _request(
+    port: int, method: str, path: str, body: dict | None = None, *, key: bool = True
+) -> tuple[int, dict[str, str]]:  # fmt: skip
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request(method, path, json.dumps(body) if body else None, {"Authorization": f"Bearer {KEY}"})
+    conn.request(method, path, json.dumps(body) if body else None, {"Authorization": f"Bearer {KEY}"} if key else {})
     answer = conn.getresponse()
     answer.read()
     return answer.status, dict(answer.getheaders())
@@ -113,6 +115,16 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
             assert time.monotonic() < deadline and streaming.is_alive(), result
             time.sleep(0.05)
         pod.log("a stream is running")
+        # A keyless client beside the keyed one (hostile input, round 4): 401 at the head from the hop started by the
+        # manifest's own flags, no admission place taken, nothing shed (what the scaler would add a pod for).
+        from gguf_serve.container.hop.names import SHED
+
+        shed_before = pod.in_pod(lambda: _hop_counter(port, SHED))
+        ask = {"messages": [], "max_tokens": 1}
+        keyless = pod.in_pod(lambda: [_request(port, "POST", "/v1/chat/completions", ask, key=False)[0]
+                                      for _ in range(50)])  # fmt: skip
+        keyless_after = {"statuses": set(keyless), "shed": pod.in_pod(lambda: _hop_counter(port, SHED)) - shed_before}
+        pod.log(f"50 keyless requests: {sorted(keyless_after['statuses'])}, shed +{keyless_after['shed']}")
 
         during: dict = {}
 
@@ -138,6 +150,7 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
         if aws is not None:
             aws.close()
 
+    assert keyless_after == {"statuses": {401}, "shed": 0}, keyless_after
     code, printed = outcome["prestop"]["hop"]
     assert "value" in result, (result.get("error"), printed, logs)
     stream = result["value"]
@@ -155,6 +168,14 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
     assert stream["last"] > stream["first"]
     print(json.dumps({"termination_s": outcome["seconds"], "grace_s": spec["terminationGracePeriodSeconds"],
                       "stream_s": round(stream["last"] - stream["first"], 2), "drain": printed.strip()}))  # fmt: skip
+
+
+def _hop_counter(port: int, name: str) -> float:
+    """A counter or gauge of the hop's /metrics (read with the key), 0 when it has no sample yet."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    text = conn.getresponse().read().decode()
+    return next((float(x.split()[-1]) for x in text.splitlines() if x.split(" ")[0] == name), 0.0)
 
 
 def _health_in_flight(port: int) -> int:

@@ -252,10 +252,10 @@ async def chaos(
     )
 
 
-def start_hop(upstream: str, port: int, spec: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
+def start_hop(upstream: str, port: int, spec: Path, *extra: str, key: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "LLAMA_API_KEY": key}
     cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"{HOST}:{port}", "--upstream", upstream,
-           "--gpu-metrics", "off", "--spec", str(spec), *extra]  # fmt: skip
+           "--gpu-metrics", "off", "--spec", str(spec), "--api-key-env", "LLAMA_API_KEY", *extra]  # fmt: skip
     return subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
 
 
@@ -271,7 +271,7 @@ def serving(parallel: int, *hop_args: str) -> Iterator[tuple[ServerProcess, int,
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(profile, model.parent, binary=llama_server_binary(), api_key=key, workdir=Path(tmp))
         hop_port = free_port()
-        hop = start_hop(server.url, hop_port, Path(tmp) / "runtime.json", *hop_args)
+        hop = start_hop(server.url, hop_port, Path(tmp) / "runtime.json", *hop_args, key=key)
         try:
             server.wait_healthy(timeout=120)
             _wait_port(hop_port)

@@ -149,7 +149,8 @@ def main() -> int:
     floor = floor_relay(work) if a.relay == "floor" else None
     upstream, up_port = start([sys.executable, str(ROOT / "tests/benchmarks/sse_upstream.py"), "0"])
     hop_cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"{HOST}:{free_port()}",
-               "--upstream", f"http://{HOST}:{up_port}", "--gpu-metrics", "off"]  # fmt: skip
+               "--upstream", f"http://{HOST}:{up_port}", "--gpu-metrics", "off",
+               "--no-api-key", "the benchmark"]  # fmt: skip
     if floor:
         hop_cmd = [*floor, str(up_port)]
     if a.callgrind:

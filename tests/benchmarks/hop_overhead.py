@@ -59,7 +59,8 @@ from gguf_serve.local.process import PACKAGE_ROOT, free_port, start_server  # no
 def start_hop(upstream: str, port: int, slots: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}", "--upstream", upstream]
-    return subprocess.Popen([*cmd, "--slots", str(slots), "--gpu-metrics", "off"], env=env, stderr=subprocess.DEVNULL)
+    cmd += ["--slots", str(slots), "--gpu-metrics", "off", "--no-api-key", "the benchmark (llama-server checks it)"]
+    return subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
 
 
 async def round_of(port: int, key: str, streams: int, first: int, max_tokens: int) -> list[Stream]:

@@ -94,7 +94,7 @@ def run_as_the_instance_does(
     docker(
         "run", "-d", "--name", f"{name}-hop", "--network", "host", "--user", UID, "--entrypoint", "python3",
         image, "-m", "gguf_serve.container.hop", "--gpu-metrics", "off", "--listen", f"127.0.0.1:{hop_port}",
-        "--upstream", f"http://127.0.0.1:{upstream}",
+        "--upstream", f"http://127.0.0.1:{upstream}", "--no-api-key", "the image test (loopback)",
     )  # fmt: skip
     try:
         statuses: list[int] = []

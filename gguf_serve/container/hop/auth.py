@@ -112,9 +112,17 @@ class ApiKeys:
             self._keys, self._stamp = keys, stamp
 
 
+# Bodiless GETs of llama-server's API (its /metrics, /slots, /props, the model list, every /v1/ and /api/ route): it
+# asks them for the key like any other route (server-http.cpp: public are /health, /v1/health and the web UI's
+# assets only), so the hop answers their 401 itself instead of forwarding a keyless caller's request (round 4).
+KEYED_GET_ROUTES = ("/v1/", "/api/", "/metrics", "/slots", "/props", "/models", "/lora-adapters", "/tokenize")
+
+
 def needs_key(method: bytes, route: str, has_body: bool) -> bool:
     """Whether llama-server would ask this request for the key and the hop may answer its 401 itself: anything but
-    the public health routes, except bodiless GET/HEAD (the web UI's assets are public: forwarded) and OPTIONS."""
+    the public health routes, except bodiless GET/HEAD of the web UI's assets (public: forwarded) and OPTIONS."""
     if route in PUBLIC_PATHS or method == b"OPTIONS":
         return False
-    return method not in KEYLESS_METHODS or has_body
+    if method in KEYLESS_METHODS and not has_body:
+        return route.startswith(KEYED_GET_ROUTES)
+    return True

@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-key-env-file", type=Path, help=f"file with a line {API_KEY_ENV}=... (the instance's; re-read on change)"
     )
     key.add_argument("--api-key-env", metavar="NAME", help=f"environment variable holding the key, e.g. {API_KEY_ENV}")
+    key.add_argument(
+        "--no-api-key",
+        metavar="GATE",
+        default="",
+        help="check no key here, because GATE stands in front (named in the log); without a key source or this, the "
+        "hop refuses to start",
+    )
     drain = p.add_argument_group(
         "drain", "watch the instance metadata and drain on a notice (gguf_serve/container/hop/drain.py)"
     )
@@ -135,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             admission=admission,
             drainer=drainer,
             keys=keys,
+            gate=args.no_api_key,
         )
     except (ValueError, OSError) as e:
         print(f"gguf-serve-hop: {e}", file=sys.stderr)
@@ -152,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if drainer
         else "no drain watch"
     )
-    auth = "401 without the API key" if keys else "no API key here (llama-server checks it; keyless requests admitted)"
+    auth = "401 without the API key" if keys else f"NO API KEY CHECKED HERE: the gate is {server.gate}"
     logging.getLogger("gguf-serve-hop").info(
         "listening on %s:%s, upstream %s, %s, %s, %s, %s", host, port, args.upstream, gpu_text, shed, auth, watch
     )
@@ -180,6 +188,8 @@ def _admission(args: argparse.Namespace) -> Admission:
 def _keys(args: argparse.Namespace) -> ApiKeys | None:
     if args.api_key_env_file and args.api_key_env:
         raise ValueError("give the API key one way: --api-key-env-file or --api-key-env")
+    if args.no_api_key and (args.api_key_env_file or args.api_key_env):
+        raise ValueError("--no-api-key with a key source: give one or the other")
     if args.api_key_env_file:
         return ApiKeys(env_file=args.api_key_env_file)
     return ApiKeys.from_env(args.api_key_env) if args.api_key_env else None

@@ -58,7 +58,17 @@ class ProxyServer:
         admission: Admission | None = None,
         drainer: Drainer | None = None,
         keys: ApiKeys | None = None,
+        gate: str = "",
     ) -> None:
+        """keys: llama-server's API keys; a request without one is answered 401 at its head. gate: what else stands
+        in front when there are none (SageMaker: IAM signs every InvokeEndpoint). One of the two is required: a hop
+        never serves keyless by default (hostile input, round 4: a manifest without a key source once did)."""
+        if keys is None and not gate.strip():
+            raise ValueError(
+                "no API key source: give --api-key-env-file or --api-key-env (the key llama-server checks), or, "
+                "where another gate stands in front, say which with --no-api-key GATE"
+            )
+        self.gate = gate.strip()
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")

@@ -18,6 +18,9 @@ from gguf_serve.container.names import SAGEMAKER_PORT_ENV
 
 # SM-CODE: "SageMaker AI runs the container as: docker run image serve" (the argument replaces the image's CMD).
 SERVE_ARGV = ("serve",)
+# SM-INVOKE: every InvokeEndpoint is signed (SigV4) and authorized by IAM before SageMaker forwards it; with network
+# isolation nothing else reaches the container. That is the front's gate: it checks no API key of its own.
+IAM_GATE = "SageMaker's IAM (InvokeEndpoint is SigV4-signed; network isolation)"
 # SM-CODE: a web server answering POST /invocations and GET /ping on port 8080.
 PING = "/ping"
 INVOCATIONS = "/invocations"

@@ -91,6 +91,7 @@ class Supervisor:
             ("0.0.0.0", ports.front),  # noqa: S104 - SageMaker connects from outside the container
             f"http://127.0.0.1:{ports.upstream}",
             admission=Admission(slots=spec.server.parallel, queue_per_slot=spec.server.queue_per_slot),
+            gate=contract.IAM_GATE,
         )
         self.proc: subprocess.Popen | None = None
         self.stop = threading.Event()

@@ -21,6 +21,7 @@ from .scripted import ScriptedUpstream
 POLL_S = 0.05  # socketserver's serve_forever polls for shutdown: its default 0.5 s was every test's teardown
 
 KEY = "test-key-123"
+TEST_GATE = "the test itself (a keyless hop on loopback)"  # ProxyServer needs a key source or a named gate
 
 
 def _read_chunked(rfile) -> bytes:
@@ -163,7 +164,7 @@ def upstream() -> Iterator[Upstream]:
 
 @pytest.fixture
 def hop(upstream: Upstream) -> Iterator[ProxyServer]:
-    server = ProxyServer(("127.0.0.1", 0), upstream.url)
+    server = ProxyServer(("127.0.0.1", 0), upstream.url, gate=TEST_GATE)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     assert server.wait_started(10), "the hop did not start serving"  # a test may read its loop (test_loop.py)
     yield server
@@ -177,7 +178,7 @@ def _hops(default_url: str) -> Iterator[Callable[..., ProxyServer]]:
     started: list[ProxyServer] = []
 
     def make(url: str | None = None, **kwargs) -> ProxyServer:
-        server = ProxyServer(("127.0.0.1", 0), url or default_url, **kwargs)
+        server = ProxyServer(("127.0.0.1", 0), url or default_url, **{"gate": TEST_GATE, **kwargs})
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append(server)
         # Serving before the test goes on: connections would wait in the backlog anyway, but a test that reads the

@@ -60,7 +60,10 @@ if THROUGH_HOP:
             upstream, self.server_port = self.server_port, public
         # the hop knows the key as on an instance: test_security.py's keyless requests are answered by it
         keys = ApiKeys(self.api_key.split(",")) if getattr(self, "api_key", None) else None
-        self._hop = ProxyServer((self.server_host.split(",")[0], public), f"http://127.0.0.1:{upstream}", keys=keys)
+        gate = "" if keys else "llama.cpp's own suite, keyless presets"
+        self._hop = ProxyServer(
+            (self.server_host.split(",")[0], public), f"http://127.0.0.1:{upstream}", keys=keys, gate=gate
+        )
         threading.Thread(target=self._hop.serve_forever, daemon=True).start()
 
     def stop(self) -> None:

@@ -54,7 +54,11 @@ def test_comma_separated_keys_as_llama_server_takes_them() -> None:
     [
         (b"POST", "/v1/chat/completions", True, True),
         (b"POST", "/health", True, False),
-        (b"GET", "/v1/models", False, False),  # forwarded: llama-server answers (a web UI asset is public)
+        (b"GET", "/v1/models", False, True),  # an API route: llama-server asks it for the key too (round 4)
+        (b"GET", "/metrics", False, True),
+        (b"GET", "/slots", False, True),
+        (b"GET", "/props", False, True),
+        (b"GET", "/index.html", False, False),  # a web UI asset: public in llama-server, forwarded
         (b"GET", "/v1/models", True, True),
         (b"DELETE", "/slots", False, True),
         (b"OPTIONS", "/v1/chat/completions", True, False),  # CORS preflight: llama-server never asks

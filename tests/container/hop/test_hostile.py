@@ -16,7 +16,7 @@ from gguf_serve.container.hop import names
 from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
 from gguf_serve.container.metrics.prometheus import parse_prometheus
 
-from .conftest import KEY, Upstream, UpstreamHandler
+from .conftest import KEY, TEST_GATE, Upstream, UpstreamHandler
 
 BODY = b'{"stream":false}'
 
@@ -207,7 +207,7 @@ def test_connection_cap_evicts_the_longest_idle(make_hop) -> None:
 
 def test_body_streams_upstream_before_the_client_finishes() -> None:
     with socket.create_server(("127.0.0.1", 0)) as fake_upstream:
-        server = ProxyServer(("127.0.0.1", 0), f"http://127.0.0.1:{fake_upstream.getsockname()[1]}")
+        server = ProxyServer(("127.0.0.1", 0), f"http://127.0.0.1:{fake_upstream.getsockname()[1]}", gate=TEST_GATE)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             size = 8 * 1024 * 1024

@@ -170,14 +170,20 @@ def test_the_credential_is_read_as_llama_server_reads_it(upstream: Upstream, mak
         assert r.status == 401 and body == UNAUTHORIZED_BODY
 
 
-def test_public_and_bodiless_reads_are_forwarded_without_the_key(upstream: Upstream, make_hop) -> None:
+def test_public_reads_pass_keyless_and_keyed_api_reads_get_401(upstream: Upstream, make_hop) -> None:
     server = make_hop(keys=ApiKeys([KEY]))
     c = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
     c.request("GET", "/health")
     assert c.getresponse().read() and upstream.seen[-1]["path"] == "/health"
-    c.request("GET", "/v1/models")  # llama-server answers (401, or a public web UI asset): its decision
+    c.request("GET", "/bundle.js")  # a web UI asset: public in llama-server, its decision
     c.getresponse().read()
-    assert upstream.seen[-1]["path"] == "/v1/models"
+    assert upstream.seen[-1]["path"] == "/bundle.js"
+    seen = len(upstream.seen)
+    for route in ("/metrics", "/slots", "/props", "/v1/models"):  # its API: keyed, answered here (round 4)
+        c.request("GET", route)
+        answer = c.getresponse()
+        assert answer.status == 401 and answer.read() == UNAUTHORIZED_BODY, route
+    assert len(upstream.seen) == seen  # none reached llama-server
 
 
 def test_a_body_has_a_total_deadline(upstream: Upstream, make_hop) -> None:
@@ -282,7 +288,7 @@ def test_sigterm_with_connections_open_logs_no_traceback(upstream: Upstream) -> 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     command = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}", "--upstream",
-               upstream.url, "--gpu-metrics", "off"]  # fmt: skip
+               upstream.url, "--gpu-metrics", "off", "--no-api-key", "the test (loopback)"]  # fmt: skip
     hop = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     conns = []
     try:

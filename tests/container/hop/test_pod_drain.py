@@ -22,7 +22,7 @@ from gguf_serve.container.hop.pod import DrainOutcome, PodDrainer, prestop
 from gguf_serve.container.hop.proxy import ProxyServer
 from gguf_serve.local.process import free_port
 from tests.conftest import ROOT
-from tests.container.hop.conftest import KEY, Upstream
+from tests.container.hop.conftest import KEY, TEST_GATE, Upstream
 
 
 def _conn(server: ProxyServer | int) -> http.client.HTTPConnection:
@@ -54,7 +54,7 @@ def _until(predicate, seconds: float = 5.0) -> None:
 def drained(upstream: Upstream, tmp_path: Path):
     def start(deadline_s: float) -> tuple[ProxyServer, PodDrainer]:
         drainer = PodDrainer(deadline_s=deadline_s, report=tmp_path / "drain.json", poll_s=0.05)
-        server = ProxyServer(("127.0.0.1", 0), upstream.url, drainer=drainer)  # type: ignore[arg-type]
+        server = ProxyServer(("127.0.0.1", 0), upstream.url, drainer=drainer, gate=TEST_GATE)  # type: ignore[arg-type]
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append(server)
         return server, drainer
@@ -102,7 +102,7 @@ def test_an_idle_hop_drains_at_once_and_an_old_outcome_is_not_taken_for_this_one
     report.write_text(json.dumps({"reason": "old", "finished": 9, "cut": 9, "broken": 0, "refused": 0, "seconds": 1}))
     drainer = PodDrainer(deadline_s=30, report=report, poll_s=0.05)
     assert not report.exists()
-    hop = ProxyServer(("127.0.0.1", 0), upstream.url, drainer=drainer)  # type: ignore[arg-type]
+    hop = ProxyServer(("127.0.0.1", 0), upstream.url, drainer=drainer, gate=TEST_GATE)  # type: ignore[arg-type]
     threading.Thread(target=hop.serve_forever, daemon=True).start()
     try:
         drainer.request()
@@ -132,7 +132,7 @@ def test_the_hop_process_drains_on_the_prestop_commands_signal(upstream: Upstrea
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     hop = subprocess.Popen(
         [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url,
-         "--gpu-metrics", "off", "--drain-deadline", "30", "--pod-drain", str(report)],
+         "--gpu-metrics", "off", "--drain-deadline", "30", "--pod-drain", str(report), "--no-api-key", "t"],
         env=env, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -161,7 +161,7 @@ def test_the_hop_process_drains_on_the_prestop_commands_signal(upstream: Upstrea
 def test_pod_drain_and_instance_metadata_are_one_or_the_other(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{free_port()}", "--pod-drain",
-         str(tmp_path / "d.json"), "--drain-imds", "http://127.0.0.1:9"],
+         str(tmp_path / "d.json"), "--drain-imds", "http://127.0.0.1:9", "--no-api-key", "t"],
         capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert out.returncode == 2 and "use one" in out.stderr

@@ -11,7 +11,7 @@ from gguf_serve.container.hop import names
 from gguf_serve.container.hop.proxy import ProxyServer
 from gguf_serve.container.metrics.prometheus import parse_prometheus
 
-from .conftest import KEY, Upstream, hop_url
+from .conftest import KEY, TEST_GATE, Upstream, hop_url
 
 
 def _post(server: ProxyServer, body: dict, key: str | None = KEY) -> http.client.HTTPResponse:
@@ -113,7 +113,7 @@ def test_upstream_down_is_a_502_counted(upstream: Upstream) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    server = ProxyServer(("127.0.0.1", 0), dead)
+    server = ProxyServer(("127.0.0.1", 0), dead, gate=TEST_GATE)
     import threading
 
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -175,7 +175,7 @@ def test_the_open_file_limit_covers_two_descriptors_per_upstream_connection() ->
     if hard != resource.RLIM_INFINITY and hard < 3 * connections + 164:
         pytest.skip(f"this machine's hard open-file limit ({hard}) is under what the check needs")
     cmd = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{free_port()}", "--upstream",
-           "http://127.0.0.1:9", "--gpu-metrics", "off", "--max-connections", "1000"]  # fmt: skip
+           "http://127.0.0.1:9", "--gpu-metrics", "off", "--max-connections", "1000", "--no-api-key", "t"]  # fmt: skip
     hop = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))  # fmt: skip
     try:

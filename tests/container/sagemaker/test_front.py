@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gguf_serve.container.sagemaker.contract import IAM_GATE
 from gguf_serve.container.sagemaker.front import SageMakerFront
 from tests.container.hop.conftest import KEY, Upstream, upstream  # noqa: F401 - the fixture
 
@@ -23,7 +24,7 @@ AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
 
 @pytest.fixture
 def front(upstream: Upstream) -> Iterator[SageMakerFront]:  # noqa: F811
-    server = SageMakerFront(("127.0.0.1", 0), upstream.url)
+    server = SageMakerFront(("127.0.0.1", 0), upstream.url, gate=IAM_GATE)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
@@ -47,7 +48,7 @@ def test_ping_answers_503_fast_while_nothing_listens_behind_it():
     with socket.socket() as s:  # a port nobody listens on: llama-server not started yet
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = SageMakerFront(("127.0.0.1", 0), f"http://127.0.0.1:{port}")
+    server = SageMakerFront(("127.0.0.1", 0), f"http://127.0.0.1:{port}", gate=IAM_GATE)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         started = time.monotonic()

@@ -70,7 +70,7 @@ def stack(local_server, prometheus_bin, tmp_path_factory):
     hop_port, prom_port = free_port(), free_port()
     hop = subprocess.Popen(
         [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{hop_port}", "--upstream", url,
-         "--gpu-metrics", "off"],
+         "--gpu-metrics", "off", "--no-api-key", "the test (loopback)"],
         env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
         stdout=(work / "hop.log").open("wb"),
         stderr=subprocess.STDOUT,

@@ -18,6 +18,9 @@ from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
 from gguf_serve.container.names import API_KEY_ENV, SERVER_PORT, UPSTREAM_PORT
 
 MIB = 1024 * 1024
+# How a start says where the key comes from, or which gate stands in its place: the hop refuses to start without
+# one (proxy.py), and every start the product writes names one (tests/stacks/test_hop_key_sources.py).
+KEY_SOURCES = ("--api-key-env-file", "--api-key-env", "--no-api-key")
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -62,15 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--body-deadline", type=float, default=limits.body_deadline_s, help="s for a whole body (default %(default)s)"
     )
     p.add_argument("--max-connections", type=int, default=limits.max_connections, help="default %(default)s")
-    key = p.add_argument_group(
+    key = p.add_argument_group(  # KEY_SOURCES: one of them on every start (tests/stacks/test_hop_key_sources.py)
         "API key", "llama-server's key: a request without it is answered 401 here, never read, forwarded or admitted"
     )
+    key_file, key_env, no_key = KEY_SOURCES
     key.add_argument(
-        "--api-key-env-file", type=Path, help=f"file with a line {API_KEY_ENV}=... (the instance's; re-read on change)"
+        key_file, type=Path, help=f"file with a line {API_KEY_ENV}=... (the instance's; re-read on change)"
     )
-    key.add_argument("--api-key-env", metavar="NAME", help=f"environment variable holding the key, e.g. {API_KEY_ENV}")
+    key.add_argument(key_env, metavar="NAME", help=f"environment variable holding the key, e.g. {API_KEY_ENV}")
     key.add_argument(
-        "--no-api-key",
+        no_key,
         metavar="GATE",
         default="",
         help="check no key here, because GATE stands in front (named in the log); without a key source or this, the "

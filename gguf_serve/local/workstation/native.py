@@ -48,6 +48,12 @@ def _health(url: str) -> int | None:
         return None
 
 
+def hop_command(port: int, server_port: int) -> list[str]:
+    """The hop in front of the native llama-server, with the key from the environment both get."""
+    return [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}",
+            "--upstream", f"http://127.0.0.1:{server_port}", "--api-key-env", API_KEY_ENV]  # fmt: skip
+
+
 def run(
     work: Workdir,
     *,
@@ -76,8 +82,7 @@ def run(
     ]
     if llama_server:
         serve += ["--llama-server", llama_server]
-    hop = [sys.executable, "-m", "gguf_serve.container.hop", "--listen", f"127.0.0.1:{port}",
-           "--upstream", f"http://127.0.0.1:{server_port}", "--api-key-env", API_KEY_ENV]  # fmt: skip
+    hop = hop_command(port, server_port)
     prom = [binary, f"--config.file={prometheus_config(work, port, scrape_s)}",
             f"--storage.tsdb.path={work.prometheus}", f"--web.listen-address=127.0.0.1:{prometheus_port}"]  # fmt: skip
     children: dict[str, subprocess.Popen] = {}

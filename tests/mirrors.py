@@ -9,6 +9,7 @@ import functools
 import http.server
 import shutil
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -52,4 +53,37 @@ def served(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """A mirror that answers every path 200 and then never ends: /trickle/ a byte every half second, /endless/ as
+    fast as the socket takes it (the two ways a download outlives any read timeout)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.end_headers()
+        trickle = self.path.startswith("/trickle/")
+        chunk = b"-" if trickle else b"\0" * 65536
+        try:
+            while True:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+                if trickle:
+                    time.sleep(0.5)
+        except OSError:
+            return  # the client gave up: what the bound is for
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def hostile():
+    """The hostile mirror's base URL (its /trickle/ and /endless/ trees)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

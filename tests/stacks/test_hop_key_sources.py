@@ -106,8 +106,8 @@ def test_every_hop_in_the_whole_app_has_its_key_source(whole_apps, option_set):
 
 def test_every_eks_serving_pod_hop_reads_its_key(eks_template):
     starts = template_starts(eks_template)
-    serving = [o for o in kube_objects(eks_template)
-               if o.get("kind") == "Deployment" and o["metadata"]["labels"]["app.kubernetes.io/name"] == "gguf-serve"]  # fmt: skip
+    deployments = [o for o in kube_objects(eks_template) if o.get("kind") == "Deployment"]
+    serving = [o for o in deployments if o["metadata"]["labels"]["app.kubernetes.io/name"] == "gguf-serve"]
     assert starts and len(starts) == len(serving)  # one hop per profile's serving pod
     for argv in starts:
         assert not missing_key_source(argv), argv

@@ -47,11 +47,13 @@ class PodRun:
     config_maps: dict[str, dict[str, str]]  # name -> data, for configMap volumes
     workdir: Path
     cluster_env: dict[str, str] = field(default_factory=dict)
+    host_ip: str = "127.0.0.1"  # the node's private IP, as the downward API's status.hostIP gives it
     name: str = field(default_factory=lambda: f"gguf-serve-pod-{secrets.token_hex(4)}")
     events: list[Event] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.containers: dict[str, str] = {}  # spec name -> docker name
+        self.post_start: dict[str, tuple[int, str]] = {}  # container -> its postStart hook's exit code and output
         self.volumes: list[str] = []
         self.sandbox = ""
         self.started = time.monotonic()
@@ -134,7 +136,7 @@ class PodRun:
         if limit:
             args += ["--memory", limit.replace("Gi", "g").replace("Mi", "m")]
         for env in [*({"name": k, "value": v} for k, v in self.cluster_env.items()), *c.get("env", [])]:
-            args += ["-e", f"{env['name']}={env['value']}"]
+            args += ["-e", f"{env['name']}={self._value(env)}"]
         for m in c.get("volumeMounts", []):
             args += ["-v", f"{self._source(m['name'])}:{m['mountPath']}{':ro' if m.get('readOnly') else ''}"]
         command = c.get("command")
@@ -143,6 +145,16 @@ class PodRun:
         else:
             args += [c["image"], *c.get("args", [])]
         return args
+
+    def _value(self, env: dict[str, Any]) -> str:
+        """An env entry's value: given, or from the downward API's fields the stand-in knows; anything else fails."""
+        if "value" in env:
+            return env["value"]
+        fields = {"status.hostIP": self.host_ip, "status.podIP": "127.0.0.1", "metadata.name": self.name}
+        path = env.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if path not in fields:
+            raise AssertionError(f"the kubelet stand-in has no value for {env}")
+        return fields[path]
 
     def run_init(self, c: dict[str, Any], timeout: float) -> str:
         out = docker("run", *self._run_args(c), check=False, timeout=timeout)
@@ -156,6 +168,13 @@ class PodRun:
         docker("run", "-d", *self._run_args(c))
         self.containers[c["name"]] = f"{self.name}-{c['name']}"
         self.log(f"started {c['name']}")
+        hook = c.get("lifecycle", {}).get("postStart", {}).get("exec", {}).get("command")
+        if hook:  # as the kubelet runs it: in the container, right after it starts (a failure kills the container)
+            out = docker("exec", self.containers[c["name"]], *hook, check=False, timeout=60)
+            self.post_start[c["name"]] = (out.returncode, out.stdout + out.stderr)
+            self.log(f"postStart {c['name']} returned {out.returncode}")
+            if out.returncode != 0:
+                raise AssertionError(f"postStart of {c['name']} failed: {out.stdout}{out.stderr}")
 
     def probe(self, c: dict[str, Any], kind: str) -> int:
         """Run `kind` (startupProbe, readinessProbe) until it passes; returns the attempts it took."""

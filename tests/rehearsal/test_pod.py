@@ -71,6 +71,9 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
         image=serving_image, architecture="amd64", region="cn-northwest-1", api_key_secret_arn=SECRET,
         model_cache_url=f"s3://{BUCKET}/models/", service_account="rehearsal", node_port=30080,
     )  # fmt: skip
+    # The profile's target group as the stack passes it: a deploy-time value (a CloudFormation reference), here the
+    # one moto makes below, filled in as CloudFormation fills in a reference.
+    deploy = replace(deploy, target_group_arn=TARGET_GROUP_TOKEN)
     runtime, deployment, _, _ = serving_objects(workload, deploy)
     spec = deployment["spec"]["template"]["spec"]
     pod = PodRun(spec, {runtime["metadata"]["name"]: runtime["data"]}, tmp_path)
@@ -80,6 +83,11 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
         tls = tmp_path / "tls"
         certificate = server_certificate(ensure_ca(tls / "ca"), ["localhost"], tls)
         aws = pod.in_pod(lambda: AwsStandIn(certificate))  # moto on the pod's loopback
+        elbv2 = aws.client("elbv2")
+        node, group = pod.in_pod(lambda: _node_and_target_group(aws, deploy.node_port))
+        pod.spec = json.loads(json.dumps(pod.spec).replace(TARGET_GROUP_TOKEN, group))
+        spec = pod.spec
+        pod.host_ip = node["PrivateIpAddress"]
         hub = pod.in_pod(lambda: LocalScope().start())
         hub.add_file(profile.model.repo, profile.model.file, gemma_gguf)
         secrets, s3 = aws.client("secretsmanager"), aws.client("s3")  # called from the pod's network only
@@ -101,7 +109,8 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
         pod.start(init["llama"])  # a sidecar: the main container waits for its startup probe
         pod.probe(init["llama"], "startupProbe")
         [hop] = spec["containers"]
-        pod.start(hop)
+        pod.start(hop)  # its postStart hook puts the node in the target group
+        targets_started = pod.in_pod(lambda: _targets(elbv2, group))
         pod.probe(hop, "readinessProbe")
         port = workload.port
 
@@ -141,6 +150,7 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
         outcome = pod.terminate()
         streaming.join(120)
         watcher.join(30)
+        targets_ended = pod.in_pod(lambda: _targets(elbv2, group))
     finally:
         print("\n".join(f"{e.at:7.2f}s  {e.what}" for e in pod.events))
         logs = {name: pod.logs(name)[-3000:] for name in pod.containers}
@@ -151,6 +161,11 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
             aws.close()
 
     assert keyless_after == {"statuses": {401}, "shed": 0}, keyless_after
+    # The node joined its target group at the start and left it before the drain began (lb-leave, then the drain).
+    assert targets_started == [(node["InstanceId"], deploy.node_port)], (targets_started, pod.post_start)
+    assert targets_ended == [], targets_ended
+    left = outcome["prestop"]["hop"][1]
+    assert "deregistered: no new request reaches it" in left and left.index("deregistered") < left.index('"cut"'), left
     code, printed = outcome["prestop"]["hop"]
     assert "value" in result, (result.get("error"), printed, logs)
     stream = result["value"]
@@ -168,6 +183,26 @@ def test_the_pod_fetches_serves_and_drains_with_zero_cut_streams(serving_image, 
     assert stream["last"] > stream["first"]
     print(json.dumps({"termination_s": outcome["seconds"], "grace_s": spec["terminationGracePeriodSeconds"],
                       "stream_s": round(stream["last"] - stream["first"], 2), "drain": printed.strip()}))  # fmt: skip
+
+
+TARGET_GROUP_TOKEN = "<ProfileTargetGroupArn>"
+
+
+def _node_and_target_group(aws, port: int) -> tuple[dict, str]:
+    """The pod's node (an instance with its private IP) and the profile's target group, in moto."""
+    ec2, elbv2 = aws.client("ec2"), aws.client("elbv2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    image = ec2.describe_images()["Images"][0]["ImageId"]  # one of moto's own
+    [node] = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnet)["Instances"]
+    group = elbv2.create_target_group(Name="intel-moe", Protocol="HTTP", Port=port, VpcId=vpc, TargetType="instance")
+    return node, group["TargetGroups"][0]["TargetGroupArn"]
+
+
+def _targets(elbv2, group: str) -> list[tuple[str, int]]:
+    """The group's targets that take new requests (a draining one does not)."""
+    health = elbv2.describe_target_health(TargetGroupArn=group)["TargetHealthDescriptions"]
+    return [(t["Target"]["Id"], t["Target"]["Port"]) for t in health if t["TargetHealth"]["State"] != "draining"]
 
 
 def _hop_counter(port: int, name: str) -> float:

@@ -33,11 +33,13 @@ def serve(args: argparse.Namespace) -> int:
     model_path = check_model(spec, args.model_dir)
     check_gpu(spec)
     binary = resolve_binary(args.llama_server)
-    env, dropped = server_environment(os.environ, require_api_key=not args.no_api_key)
-    if dropped:
+    env, ignored, withheld = server_environment(os.environ, require_api_key=not args.no_api_key)
+    if ignored:
         print(
-            f"gguf-serve-launch: ignoring inherited {', '.join(dropped)} (the runtime spec sets every flag)", flush=True
+            f"gguf-serve-launch: ignoring inherited {', '.join(ignored)} (the runtime spec sets every flag)", flush=True
         )
+    if withheld:
+        print(f"gguf-serve-launch: not passed to llama-server: {', '.join(withheld)}", flush=True)
     amx = amx_plan()  # probed in a child process: cpuid alone is not trusted
     print(f"gguf-serve-launch: {amx.line}", flush=True)
     command = server_command(spec, model_path, binary, benchmark=args.benchmark, amx=amx)

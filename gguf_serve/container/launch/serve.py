@@ -7,6 +7,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from gguf_serve.container.flags import llama_server_args
 from gguf_serve.container.launch.cpu import AmxPlan
@@ -47,15 +48,47 @@ def server_command(
     return command
 
 
-def server_environment(env: Mapping[str, str], *, require_api_key: bool = True) -> tuple[dict[str, str], list[str]]:
-    """The environment for llama-server and the names of inherited LLAMA_ARG_* variables dropped from it."""
+class ServerEnvironment(NamedTuple):
+    env: dict[str, str]  # what llama-server gets
+    ignored: list[str]  # inherited LLAMA_ARG_* (the runtime spec sets every flag)
+    withheld: list[str]  # everything else it does not need: credentials, tokens, the supervisor's settings
+
+
+# What llama-server may read from its environment; nothing else reaches it. It needs no AWS credential (the role's
+# are for the fetcher, the hop and the metrics publisher: AWS_ACCESS_KEY_ID, AWS_SESSION_TOKEN,
+# AWS_CONTAINER_CREDENTIALS_RELATIVE_URI, AWS_WEB_IDENTITY_TOKEN_FILE, ...) and no ModelScope token, so a server
+# process that a hostile request took over finds none. The names: the loader's and libc's (PATH, LD_LIBRARY_PATH,
+# HOME, TMPDIR, locale, TZ), ggml's and OpenMP's tuning (GGML_*, OMP_*, KMP_*), the CUDA runtime's and the NVIDIA
+# container toolkit's (CUDA_*, NVIDIA_*), and the API key.
+_SERVER_NAMES = frozenset({"PATH", "LD_LIBRARY_PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ", API_KEY_ENV})
+_SERVER_PREFIXES = ("LC_", "GGML_", "OMP_", "KMP_", "CUDA_", "NVIDIA_")
+
+
+def server_environment(env: Mapping[str, str], *, require_api_key: bool = True) -> ServerEnvironment:
+    """llama-server's environment: the names it may read (above) and nothing else, LLAMA_ARG_* never."""
     if require_api_key and not env.get(API_KEY_ENV):
         raise LaunchRefused(
             f"{API_KEY_ENV} is not set: llama-server would serve without authentication. Set it (the instance "
             "reads it from Secrets Manager), or pass --no-api-key for local development"
         )
-    dropped = sorted(k for k in env if k.startswith(_INHERITED_PREFIX))
-    return {k: v for k, v in env.items() if k not in dropped}, dropped
+    ignored = sorted(k for k in env if k.startswith(_INHERITED_PREFIX))
+    kept = {k: v for k, v in env.items() if k in _SERVER_NAMES or k.startswith(_SERVER_PREFIXES)}
+    withheld = sorted(k for k in env if k not in kept and k not in ignored)
+    return ServerEnvironment(kept, ignored, withheld)
+
+
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def undumpable() -> None:
+    """Make this process undumpable (prctl(2) PR_SET_DUMPABLE 0): its /proc/<pid>/environ, mem and maps become
+    root's and ptrace by the same user is refused, so a child of the same user (llama-server, whose execve makes it
+    dumpable again) cannot read what this process holds. Raises OSError where the kernel refuses."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
 
 
 def describe(spec: RuntimeSpec, command: list[str]) -> str:

@@ -27,7 +27,13 @@ from pathlib import Path
 from gguf_serve.container.hop.proxy import Admission
 from gguf_serve.container.launch.cpu import amx_plan
 from gguf_serve.container.launch.preflight import EX_CONFIG, LaunchRefused
-from gguf_serve.container.launch.serve import describe, resolve_binary, server_command, server_environment
+from gguf_serve.container.launch.serve import (
+    describe,
+    resolve_binary,
+    server_command,
+    server_environment,
+    undumpable,
+)
 from gguf_serve.container.names import API_KEY_ENV, RUNTIME_SPEC_ENV, UPSTREAM_PORT
 from gguf_serve.container.sagemaker import contract
 from gguf_serve.container.sagemaker.emf import DIM_ENDPOINT, DIM_VARIANT, EmfEmitter, drain_datums
@@ -121,10 +127,16 @@ class Supervisor:
             signal.signal(sig, self._signal)
         model = verify_model(self.spec, self.model_dir, log=log.info)
         spec = replace(self.spec, server=replace(self.spec.server, host="127.0.0.1", port=self.ports.upstream))
-        env, dropped = server_environment(self.environ, require_api_key=False)
+        env, ignored, withheld = server_environment(self.environ, require_api_key=False)
         env.pop(API_KEY_ENV, None)  # IAM is the gate: a key would also lock the metrics scrape out
-        if dropped:
-            log.info("ignoring inherited %s (the runtime spec sets every flag)", ", ".join(dropped))
+        if ignored:
+            log.info("ignoring inherited %s (the runtime spec sets every flag)", ", ".join(ignored))
+        if withheld:
+            log.info("not passed to llama-server: %s", ", ".join(withheld))
+        # llama-server runs as this process's user: made undumpable, this process's /proc/<pid>/environ and memory
+        # (the role's credential URI, the credentials botocore holds) are root's only, as ptrace is.
+        undumpable()
+        log.info("supervisor undumpable: llama-server cannot read its environment or memory")
         amx = amx_plan()
         log.info("%s", amx.line)
         command = server_command(spec, model, resolve_binary(None), amx=amx)

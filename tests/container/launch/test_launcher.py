@@ -115,6 +115,35 @@ def test_accepted_profile_execs_llama_server_with_catalog_flags(make_gguf, senti
     assert "starting llama-server for profile 'gpu-mtp'" in result.stdout
 
 
+CREDENTIALS = {  # what an instance's, a task's or a pod's environment may hold, and llama-server needs none of
+    "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "wJalrEXAMPLE",
+    "AWS_SESSION_TOKEN": "FwoGEXAMPLE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/0a1b",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://169.254.170.23/v1/credentials",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount/eks-pod-identity-token",
+    "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
+    "AWS_ROLE_ARN": "arn:aws-cn:iam::111122223333:role/serving",
+    "MODELSCOPE_API_TOKEN": "ms-EXAMPLE",
+}
+
+
+def test_llama_server_gets_no_credential_only_what_it_reads(make_gguf, sentinel_binary, run_launcher):
+    binary, record = sentinel_binary
+    path = make_gguf(GPU.model.local_name, "qwen35", nextn_predict_layers=1)
+    tuning = {"GGML_SCHED_MAX_COPIES": "1", "NVIDIA_VISIBLE_DEVICES": "all", "OMP_WAIT_POLICY": "passive"}
+    result = run_launcher(GPU_SETTINGS_ON_CPU, path.parent, binary, api_key="s3cret-key",
+                          extra_env={**CREDENTIALS, **tuning})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    env = dict(line.split("=", 1) for line in record.read_text().split("---\n")[1].splitlines() if "=" in line)
+    assert not set(CREDENTIALS) & set(env), env
+    assert not any(v in record.read_text() for v in CREDENTIALS.values())
+    assert {k: env.get(k) for k in tuning} == tuning and env["LLAMA_API_KEY"] == "s3cret-key" and "PATH" in env
+    withheld = next(line for line in result.stdout.splitlines() if "not passed to llama-server" in line)
+    assert all(name in withheld for name in CREDENTIALS)
+    assert not any(v in result.stdout for v in CREDENTIALS.values())  # names in the log, never values
+
+
 def test_gpu_profile_without_a_visible_gpu_is_refused(make_gguf, sentinel_binary, run_launcher, tmp_path):
     from gguf_serve.container.launch import LaunchRefused, check_gpu
 

@@ -32,6 +32,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 MAIN = "import sys; from gguf_serve.container.sagemaker.serve import main; sys.exit(main(model_dir=sys.argv[1]))"
 
 
+# What SageMaker hands a hosting container for its role (the container credentials endpoint's path) and a ModelScope
+# token a user might set: the supervisor may hold them, llama-server gets none.
+SAGEMAKER_CREDENTIALS = {
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/0a1b2c3d-test",
+    "AWS_ACCESS_KEY_ID": "AKIAEXAMPLETEST",
+    "AWS_SESSION_TOKEN": "FwoGEXAMPLETEST",
+    "MODELSCOPE_API_TOKEN": "ms-EXAMPLETEST",
+}
+
+
 def _staged(gemma: Path, tmp: Path) -> Path:
     root = tmp / "opt-ml-model"
     model = local_profile().model
@@ -49,6 +59,7 @@ def _start(binary: Path, root: Path, spec_json: str, port: int, log: Path) -> su
         "SAGEMAKER_SAFE_PORT_RANGE": f"{(inner := free_port())}-{inner}",  # this machine runs others' servers too
         ENDPOINT_ENV: "GravitonMoeSageMakerStack",
         "PATH": f"{binary.parent}:{os.environ.get('PATH', '')}",
+        **SAGEMAKER_CREDENTIALS,
     }
     with log.open("wb") as out:
         # Its own process group, as a container's processes are: the teardown ends llama-server with the supervisor.
@@ -90,6 +101,29 @@ def test_pings_answer_within_a_second_503_until_the_model_is_loaded(container):
     lines = log.read_text()
     assert "matches the lock" in lines
     assert lines.index("matches the lock") < lines.index("starting llama-server")  # checked before it runs
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+
+
+def test_llama_server_holds_no_credential_and_cannot_read_the_supervisors(container):
+    """llama-server's own environment has no credential; the supervisor's (which holds them) is undumpable, so
+    llama-server, its own user, cannot read it (that refusal needs an unprivileged reader: test_undumpable.py; here
+    the reader may be root)."""
+    proc, pings, log = container
+    _wait_ready(proc, pings, log)
+    (server,) = _children(proc.pid)
+    environ = Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
+    names = {e.split(b"=", 1)[0].decode() for e in environ if e}
+    assert "PATH" in names and not names & set(SAGEMAKER_CREDENTIALS), names
+    assert not any(v.encode() in b"\0".join(environ) for v in SAGEMAKER_CREDENTIALS.values())
+    if os.geteuid() != 0:
+        with pytest.raises(PermissionError):
+            Path(f"/proc/{proc.pid}/environ").read_bytes()
+    line = next(line for line in log.read_text().splitlines() if "not passed to llama-server" in line)
+    assert all(name in line for name in SAGEMAKER_CREDENTIALS)
+    assert "supervisor undumpable" in log.read_text()
 
 
 def test_plain_and_streamed_invocations_without_a_key(container):

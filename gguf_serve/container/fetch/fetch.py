@@ -158,7 +158,8 @@ def fetch_file(
     part_size: bytes per range request (also the unit the work is handed out in).
     progress: True for a bar on a terminal / log lines otherwise, False for none, or a Progress.
     free_space: how free bytes are measured (tests point it at a tiny fake disk).
-    rate: the minimum rate and idle timeout of every body read (ModelScope and S3).
+    rate: the minimum rate and idle timeout of every body read from ModelScope (the S3 cache has its own, tighter
+      bounds: s3cache.CacheBounds).
 
     Trust: the bytes are checked against `spec.sha256` (the catalog's pin). Without a pin, ModelScope's listing
     is the only reference: the S3 cache is neither read nor written, as any instance can write it.
@@ -175,7 +176,7 @@ def fetch_file(
     retry = retry or RetryPolicy()
     rate = rate or RatePolicy()
     hub = ModelScope(endpoint, token=token, connections=connections, retry=retry, rate=rate)
-    cache = _open_cache(s3_cache, s3_connections, rate)
+    cache = _open_cache(s3_cache, s3_connections)
 
     with _lock(dest / f".{spec.local_name}.lock"):
         if target.is_symlink() or (target.exists() and not target.is_file()):
@@ -194,7 +195,9 @@ def fetch_file(
 
         _check_space(target, spec.size or spec.size_estimate, free_space)
 
-        def download(source: RangeSource, size: int, sha256: str, connections: int, attempts: int) -> RangedDownload:
+        def download(
+            source: RangeSource, size: int, sha256: str, connections: int, attempts: int, policy: RetryPolicy
+        ) -> RangedDownload:
             _check_space(target, size, free_space)
             dl = RangedDownload(
                 target,
@@ -202,7 +205,7 @@ def fetch_file(
                 sha256=sha256,
                 connections=connections,
                 part_size=part_size,
-                retry=retry,
+                retry=policy,
                 verify_attempts=attempts,
                 on_progress=None,
             )
@@ -228,10 +231,13 @@ def fetch_file(
         if cache is not None and spec.sha256 is not None:
             obj = cache.lookup(spec.repo, spec.revision, spec.file)
             if obj is not None and _cache_matches(obj, spec):
-                log.info("fetching %s from the S3 cache s3://%s/%s", spec.file, obj.bucket, obj.key)
+                log.info(
+                    "fetching %s from the S3 cache s3://%s/%s (given up for ModelScope after %.0f s of silence)",
+                    spec.file, obj.bucket, obj.key, cache.bounds.read_s_total,
+                )  # fmt: skip
                 try:
                     # One pass: a cache object with the wrong bytes stays wrong; ModelScope replaces it.
-                    dl = download(cache.source(obj), obj.size, spec.sha256, cache.connections, 1)
+                    dl = download(cache.source(obj), obj.size, spec.sha256, cache.connections, 1, cache.retry)
                     return _result(target, obj.size, spec.sha256, "s3", dl, t0, None, spec)
                 except DiskSpaceError:
                     raise
@@ -246,7 +252,7 @@ def fetch_file(
             "fetching %s@%s (%s) from %s with %d connections",
             spec.file, at, human_bytes(size), hub.endpoint, connections,
         )  # fmt: skip
-        dl = download(hub.source(spec.repo, at, spec.file, size), size, sha, connections, verify_attempts)
+        dl = download(hub.source(spec.repo, at, spec.file, size), size, sha, connections, verify_attempts, retry)
 
         # 3. Write back so the next instance reads in region.
         cached_to = None
@@ -305,12 +311,13 @@ def _prepare_dest(dest: Path) -> None:
         raise FetchError(f"cannot write to --dest {dest} (read-only or not ours); mount it writable or pick another")
 
 
-def _open_cache(s3_cache: str | S3Cache | None, connections: int, rate: RatePolicy) -> S3Cache | None:
+def _open_cache(s3_cache: str | S3Cache | None, connections: int) -> S3Cache | None:
+    """The cache on its own bounds (s3cache.CacheBounds: seconds, in region), not ModelScope's."""
     if not isinstance(s3_cache, str):
         return s3_cache
     S3Cache.check_uri(s3_cache)  # a malformed URI is the caller's mistake, not an outage
     try:
-        return S3Cache(s3_cache, connections=connections, rate=rate)
+        return S3Cache(s3_cache, connections=connections)
     except Exception as e:  # noqa: BLE001 - no region or no boto3 configuration: ModelScope still works
         log.warning("S3 cache %s not usable (%s); using ModelScope only", s3_cache, e)
         return None

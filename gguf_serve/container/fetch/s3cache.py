@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from gguf_serve.container.fetch.errors import FetchError, NotFoundError, TransientError
 from gguf_serve.container.fetch.pace import RatePolicy
+from gguf_serve.container.fetch.retry import RetryPolicy
 
 log = logging.getLogger("gguf-serve-fetch")
 
@@ -33,6 +34,46 @@ class CachedObject:
     size: int
     sha256: str | None
     etag: str
+
+
+@dataclass(frozen=True)
+class CacheBounds:
+    """How long a cache that answers nothing may hold the fetch before ModelScope takes over. The in-region cache
+    answers a request in milliseconds and streams tens of MB/s per connection, so seconds of silence mean it is
+    broken, not slow; ModelScope's own bounds (RatePolicy, RetryPolicy) are for a long way over the internet.
+
+    Before: botocore's standard mode (3 attempts) times a 30 s read timeout for the head, then each stalled range
+    paid that again times the fetcher's 8 attempts: about two minutes measured, more by arithmetic."""
+
+    connect_s: float = 3.0
+    read_s: float = 5.0  # one silent gap: the read timeout of the head, of each range's answer and of its body
+    lookup_attempts: int = 2  # tries of the head: one lost packet does not send the fetch to ModelScope
+    part_attempts: int = 3  # tries of a range without progress before the cache read ends (the fetcher's retries)
+    backoff_cap_s: float = 1.0
+    min_bps: float = 1024 * 1024  # per connection, averaged over window_s: a cache this slow is given up too
+    window_s: float = 10.0
+
+    @property
+    def lookup_s(self) -> float:
+        """The longest a silent cache's head takes to give up (each attempt: the connect, then one read)."""
+        return self.lookup_attempts * (self.connect_s + self.read_s)
+
+    @property
+    def read_s_total(self) -> float:
+        """The longest a silent cache's range read takes to give up: every attempt and the backoffs between."""
+        return self.part_attempts * (self.connect_s + self.read_s) + (self.part_attempts - 1) * self.backoff_cap_s
+
+    @property
+    def give_up_s(self) -> float:
+        """Head and read: the bound on what a silent cache costs before ModelScope starts."""
+        return self.lookup_s + self.read_s_total
+
+    def retry(self) -> RetryPolicy:
+        """The fetcher's policy for the cache's ranges (its attempts count the retries after the first try)."""
+        return RetryPolicy(attempts=self.part_attempts - 1, base_s=0.25, cap_s=self.backoff_cap_s)
+
+    def rate(self) -> RatePolicy:
+        return RatePolicy(min_bps=self.min_bps, window_s=self.window_s, idle_s=self.read_s, headers_s=self.read_s)
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -52,29 +93,38 @@ class S3Cache:
         region: str | None = None,
         multipart_chunk: int = 64 * MIB,
         rate: RatePolicy | None = None,
+        bounds: CacheBounds | None = None,
     ) -> None:
         self.uri = uri
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.connections = connections
         self.multipart_chunk = multipart_chunk
-        self.rate = rate or RatePolicy()
-        if client is None:
-            import boto3
-            from botocore.config import Config
+        self.bounds = bounds or CacheBounds()
+        self.rate = rate or self.bounds.rate()
+        self.retry = self.bounds.retry()
+        # Reads (the head, the ranges) on the cache's tight bounds; the write-back, after a verified download, on
+        # botocore's usual ones (a 64 MiB part's answer comes once S3 has it all).
+        # One try per call (botocore's retries would multiply the bounds): the head's tries are lookup()'s, the
+        # ranges' the fetcher's.
+        self.client = client or self._client(region, self.bounds.connect_s, self.bounds.read_s, 1)
+        self.upload_client = client or self._client(region, 10, 60, 3)
 
-            client = boto3.client(
-                "s3",
-                # botocore reads AWS_DEFAULT_REGION, not AWS_REGION (what the boot script and the pod set); without
-                # either it asks the instance metadata, which a pod cannot reach
-                region_name=region or os.environ.get("AWS_REGION") or None,
-                config=Config(
-                    max_pool_connections=connections * 2,
-                    retries={"mode": "standard", "max_attempts": 3},
-                    connect_timeout=10,
-                    read_timeout=self.rate.idle_s,
-                ),
-            )
-        self.client = client
+    def _client(self, region: str | None, connect_s: float, read_s: float, attempts: int) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            # botocore reads AWS_DEFAULT_REGION, not AWS_REGION (what the boot script and the pod set); without
+            # either it asks the instance metadata, which a pod cannot reach
+            region_name=region or os.environ.get("AWS_REGION") or None,
+            config=Config(
+                max_pool_connections=self.connections * 2,
+                retries={"mode": "standard", "max_attempts": attempts},
+                connect_timeout=connect_s,
+                read_timeout=read_s,
+            ),
+        )
 
     @staticmethod
     def check_uri(uri: str) -> None:
@@ -89,7 +139,7 @@ class S3Cache:
 
         key = self.key(repo, revision, file)
         try:
-            head = self.client.head_object(Bucket=self.bucket, Key=key)
+            head = self._head(key)
         except ClientError as e:
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if status == 404 or e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
@@ -108,6 +158,18 @@ class S3Cache:
             sha256=(meta.get("sha256") or None),
             etag=head["ETag"],
         )
+
+    def _head(self, key: str) -> dict[str, Any]:
+        """HeadObject, tried `lookup_attempts` times when the network fails (an answer, even 404, is final)."""
+        from botocore.exceptions import BotoCoreError
+
+        for attempt in range(1, self.bounds.lookup_attempts + 1):
+            try:
+                return self.client.head_object(Bucket=self.bucket, Key=key)
+            except BotoCoreError:
+                if attempt == self.bounds.lookup_attempts:
+                    raise
+        raise AssertionError("unreachable")
 
     def source(self, obj: CachedObject) -> S3RangeSource:
         return S3RangeSource(self.client, obj, self.rate)
@@ -134,7 +196,7 @@ class S3Cache:
             },
             "ContentType": "application/octet-stream",
         }
-        self.client.upload_file(str(path), self.bucket, key, ExtraArgs=extra, Config=config)
+        self.upload_client.upload_file(str(path), self.bucket, key, ExtraArgs=extra, Config=config)
         return f"s3://{self.bucket}/{key}"
 
 

@@ -311,7 +311,7 @@ def load_workstations(path: Path) -> dict[str, Hardware]:
     return out
 
 
-_DECLARED_MODEL = {"repo", "file", "revision", "quantization", "total_params_b", "active_params_b"}
+_DECLARED_MODEL = {"repo", "file", "revision", "quantization", "total_params_b", "active_params_b", "aliases"}
 
 
 def load_models(
@@ -367,6 +367,10 @@ def _load_model(
             or model_facts.estimated_expert_bytes(facts, lock.size_bytes, declared.get("total_params_b", 0), lock_where)
         ),
     }
+    aliases = values.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and HUB_SHAPES["name"][0](a) for a in aliases):
+        raise ProfileError(f"{where}.aliases: must be a list of names; allowed: {HUB_SHAPES['name'][1]}")
+    values["aliases"] = tuple(aliases)
     model = _build(ModelArtifact, values, where, skip={"name", *values} - _DECLARED_MODEL)
     active, total = model.active_params_b, model.total_params_b
     if active > total:

@@ -23,6 +23,7 @@ class ModelArtifact:
     revision: str = "master"  # content is pinned by sha256 where known
     commit: str | None = None  # the listing's commit of the file when locked from a listing: what instances fetch
     quantization: str = "Q4_K_M"
+    aliases: tuple[str, ...] = ()  # more names clients may ask for it by (the hop answers them; others get 404)
     expert_bytes_per_layer: tuple[
         int, ...
     ] = ()  # MoE expert tensors per block (gguf_serve.catalog.model_facts); () if dense

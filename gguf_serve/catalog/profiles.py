@@ -132,6 +132,7 @@ class ServingProfile:
             sha256=m.sha256,
             gguf_architecture=m.gguf_architecture,
             has_mtp_layers=m.has_mtp_layers,
+            aliases=m.aliases,
         )
         return RuntimeSpec(name=self.name, model=model, server=self.server, threads=self.threads)
 
@@ -156,7 +157,11 @@ class ServingProfile:
             stack_name=d["stack_name"],
             hardware=Hardware(**hw),
             model=ModelArtifact(
-                **{**d["model"], "expert_bytes_per_layer": tuple(d["model"]["expert_bytes_per_layer"])}
+                **{
+                    **d["model"],
+                    "expert_bytes_per_layer": tuple(d["model"]["expert_bytes_per_layer"]),
+                    "aliases": tuple(d["model"].get("aliases", ())),
+                }  # fmt: skip
             ),
             server=ServerSettings(**srv),
             image=ImageTarget(**img),

@@ -42,10 +42,16 @@ class RuntimeModel:
     gguf_architecture: str  # general.architecture the file must declare
     has_mtp_layers: bool  # <arch>.nextn_predict_layers > 0
     commit: str | None = None  # the listing's commit at lock time: fetched instead of the revision (a branch)
+    aliases: tuple[str, ...] = ()  # more names a request may give the model (the catalog's); the hop checks them
 
     @property
     def local_name(self) -> str:
         return self.file.rsplit("/", 1)[-1]
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """Every name this model answers to, llama-server's own (--alias) first."""
+        return tuple(dict.fromkeys((self.name, *self.aliases)))
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "str | None": (str, type(None)),
     "int | None": (int, type(None)),
+    "tuple[str, ...]": (list, tuple),
 }
 
 
@@ -155,5 +162,9 @@ def _typed(cls: type, doc: dict[str, Any], where: str, skip: tuple[str, ...] = (
         wrong_bool = isinstance(value, bool) and bool not in (allowed or ())  # True is an int to isinstance
         if allowed is not None and (not isinstance(value, allowed) or wrong_bool):
             raise RuntimeSpecError(f"{where}: {name} must be {f.type}, got {type(value).__name__}")
+        if isinstance(value, list | tuple):
+            if not all(isinstance(v, str) and v.strip() for v in value):
+                raise RuntimeSpecError(f"{where}: {name} must be a list of non-empty strings")
+            value = tuple(value)
         values[name] = value
     return cls(**values)

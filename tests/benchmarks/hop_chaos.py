@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
-from gguf_serve.catalog.local import local_profile  # noqa: E402
+from gguf_serve.catalog.local import EMBEDDED_MODEL, local_profile  # noqa: E402
 from gguf_serve.local.cache import cache_root  # noqa: E402
 from gguf_serve.local.demo import llama_server_binary, source_gguf  # noqa: E402
 from gguf_serve.local.process import PACKAGE_ROOT, ServerProcess, free_port, start_server  # noqa: E402
@@ -108,7 +108,7 @@ async def _chunks(reader: asyncio.StreamReader, headers: dict[str, str]):
 async def stream_chat(port: int, key: str, i: int, max_tokens: int, timeout_s: float = 600) -> Stream:
     """One streamed chat request over a fresh connection; the client's view of its timing."""
     body = json.dumps({
-        "model": "m", "stream": True, "max_tokens": max_tokens, "temperature": 0,
+        "model": EMBEDDED_MODEL, "stream": True, "max_tokens": max_tokens, "temperature": 0,
         "messages": [{"role": "user", "content": f"({i}) Explain how a CPU cache works, step by step."}],
     }).encode()  # fmt: skip
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {HOST}:{port}\r\nAuthorization: Bearer {key}\r\n"

@@ -40,14 +40,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gguf_serve.catalog import load_catalog  # noqa: E402
-from gguf_serve.catalog.local import local_profile  # noqa: E402
+from gguf_serve.catalog.local import EMBEDDED_MODEL, local_profile  # noqa: E402
 from gguf_serve.container.metrics.prometheus import parse_prometheus  # noqa: E402
 from gguf_serve.local.cache import cache_root  # noqa: E402
 from gguf_serve.local.demo import llama_server_binary, source_gguf  # noqa: E402
 from gguf_serve.local.process import PACKAGE_ROOT, free_port, start_server  # noqa: E402
 from tests.benchmarks.hop_chaos import HOST, _read_head, _wait_port, rss_mib  # noqa: E402
 
-CHAT = json.dumps({"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).encode()
+CHAT = json.dumps({"model": EMBEDDED_MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 
 @dataclass

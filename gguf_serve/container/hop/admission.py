@@ -19,6 +19,7 @@ from gguf_serve.container.hop.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE, 
 from gguf_serve.container.hop.client import READ_SIZE, ClientConnection, Hop, Refused, error_body, fields
 from gguf_serve.container.hop.exchange import Exchange, forwarded_headers
 from gguf_serve.container.hop.metrics import RequestRecord
+from gguf_serve.container.hop.models import LIST_ROUTES, MODEL_ROUTES
 
 log = logging.getLogger("gguf-serve-hop")
 
@@ -59,6 +60,8 @@ async def handle(conn: ClientConnection, request: h11.Request) -> None:
         server.metrics.unauthorized += 1  # answered here: no body read, no admission place, not shed
         await conn.reply(401, UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE)
         return
+    if server.models is not None and await _other_model(conn, request, route, length, chunked, lowered):
+        return
     slot = method == "POST" and route in SLOT_PATHS
     measured = method == "POST" and route in GENERATION_PATHS
     record = RequestRecord(started) if measured else None
@@ -88,6 +91,37 @@ async def handle(conn: ClientConnection, request: h11.Request) -> None:
                     drain.finished += 1
                 else:
                     drain.broken += 1
+
+
+async def _other_model(
+    conn: ClientConnection, request: h11.Request, route: str, length: int | None, chunked: bool,
+    lowered: list[tuple[bytes, bytes]],
+) -> bool:  # fmt: skip
+    """Answer here what concerns the served names (models.py): True when answered (a model served elsewhere: 404
+    model_not_found; GET /v1/models: the names)."""
+    server = conn.server
+    models = server.models
+    assert models is not None
+    if request.method == b"GET" and route in LIST_ROUTES:
+        try:
+            status, _, body = await asyncio.wait_for(
+                _fetch(server, request, limit=1 << 20), conn.limits.health_timeout_s
+            )
+        except (TimeoutError, OSError, h11.ProtocolError):
+            status, body = 0, b""
+        await conn.reply(200, models.listing(body if status == 200 else b""))
+        return True
+    encoded = any(n == b"content-encoding" and v.strip().lower() != b"identity" for n, v in lowered)
+    if request.method != b"POST" or route not in MODEL_ROUTES or chunked or not length or encoded:
+        return False
+    body = await conn.peek_body(length, conn.limits.body_deadline_s)
+    refusal = None if body is None else models.refusal(body)
+    if refusal is None:
+        return False
+    server.metrics.wrong_model += 1  # answered here: no admission place, not shed
+    conn.take_buffered_body()  # read past the body: the connection is kept for the next request
+    await conn.reply(404, refusal)
+    return True
 
 
 def _check(

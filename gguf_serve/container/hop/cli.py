@@ -9,10 +9,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from gguf_serve.container.hop.auth import ApiKeys
 from gguf_serve.container.hop.drain import Drainer, DrainSettings
 from gguf_serve.container.hop.gpu import GpuReader
+from gguf_serve.container.hop.models import ServedModels
 from gguf_serve.container.hop.pod import PodDrainer
 from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
 from gguf_serve.container.names import API_KEY_ENV, SERVER_PORT, UPSTREAM_PORT
@@ -47,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--spec",
         help="runtime spec (gguf_serve.container.spec): slots and queue_per_slot for admission control come from it",
+    )
+    p.add_argument(
+        "--served-model",
+        action="append",
+        metavar="NAME",
+        help="a name the model answers to (repeat; default: the --spec model's name and aliases); a request naming "
+        "another model gets 404 model_not_found, GET /v1/models lists these",
     )
     p.add_argument("--slots", type=int, help="llama-server's slots (-np), when there is no --spec")
     p.add_argument(
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             drainer=drainer,
             keys=keys,
             gate=args.no_api_key,
+            models=_models(args),
         )
     except (ValueError, OSError) as e:
         print(f"gguf-serve-hop: {e}", file=sys.stderr)
@@ -173,15 +183,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _spec(args: argparse.Namespace) -> Any:
+    from gguf_serve.container.spec import RuntimeSpec, RuntimeSpecError
+
+    try:
+        return RuntimeSpec.load(args.spec)
+    except RuntimeSpecError as e:
+        raise ValueError(str(e)) from None
+
+
+def _models(args: argparse.Namespace) -> ServedModels | None:
+    """The names this endpoint serves: --served-model, else the spec's model and its aliases; none: no check."""
+    if args.served_model:
+        return ServedModels(tuple(args.served_model))
+    return ServedModels(_spec(args).model.served_names) if args.spec else None
+
+
 def _admission(args: argparse.Namespace) -> Admission:
     slots, queue = args.slots, args.queue_per_slot
     if args.spec:
-        from gguf_serve.container.spec import RuntimeSpec, RuntimeSpecError
-
-        try:
-            spec = RuntimeSpec.load(args.spec)
-        except RuntimeSpecError as e:
-            raise ValueError(str(e)) from None
+        spec = _spec(args)
         slots = slots or spec.server.parallel
         queue = spec.server.queue_per_slot if queue is None else queue
     if (slots is not None and slots < 1) or (queue is not None and queue < 0):

@@ -26,6 +26,7 @@ from gguf_serve.container.hop.connections import BUSY, IDLE
 from gguf_serve.container.hop.drain import DrainState
 from gguf_serve.container.hop.limits import Admission, Limits
 from gguf_serve.container.hop.metrics import RequestMetrics
+from gguf_serve.container.hop.models import ServedModels
 from gguf_serve.container.hop.server_h11 import ServerH11
 from gguf_serve.container.hop.upstream import UpstreamPool
 
@@ -60,6 +61,7 @@ class Hop(Protocol):
     upstream_netloc: str
     upstream_timeout_s: float
     keys: ApiKeys | None
+    models: ServedModels | None
     drain: DrainState | None
     in_flight: int
     last_upstream_byte: float
@@ -245,6 +247,21 @@ class ClientConnection:
         with contextlib.suppress(ClientGone):
             await self.drain()
         await self._linger()
+
+    async def peek_body(self, length: int, deadline_s: float) -> bytes | None:
+        """The request body of `length` bytes (Content-Length, at most the hop's cap), read into h11's buffer and
+        left there for the exchange to forward; None when it does not all arrive within `deadline_s` (then the
+        exchange reads it as before and its own limits answer)."""
+        until = time.monotonic() + deadline_s
+        while len(self.h11.trailing_data[0]) < length:
+            left = until - time.monotonic()
+            if left <= 0 or self.peer_eof:
+                return None
+            try:
+                await self.receive(min(self.limits.body_timeout_s, left))
+            except TimeoutError:
+                return None
+        return bytes(self.h11.trailing_data[0][:length])
 
     def take_buffered_body(self) -> bool:
         """Read past the request body in the bytes that have arrived, never waiting for more: True when it ended

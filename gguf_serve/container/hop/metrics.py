@@ -139,6 +139,7 @@ class RequestMetrics:
         # Admission and connections, set by the proxy (ints: read whole from another thread)
         self.shed = 0  # slot-taking requests answered 429
         self.unauthorized = 0  # requests answered 401 at the hop: without the key, never admitted nor shed
+        self.wrong_model = 0  # requests answered 404 model_not_found at the hop: never admitted nor shed
         self.evicted = 0  # connections closed for a newer one with the table full
         self.in_flight = 0  # slot-taking requests admitted and not finished
         self.admission_limit: int | None = None  # in_flight beyond which requests are shed; None: never
@@ -194,6 +195,9 @@ class RequestMetrics:
             f"# HELP {names.UNAUTHORIZED} Requests without the API key, answered 401 by the hop (not forwarded)",
             f"# TYPE {names.UNAUTHORIZED} counter",
             f"{names.UNAUTHORIZED} {self.unauthorized}",
+            f"# HELP {names.WRONG_MODEL} Requests naming a model this endpoint does not serve, answered 404 by the hop",
+            f"# TYPE {names.WRONG_MODEL} counter",
+            f"{names.WRONG_MODEL} {self.wrong_model}",
             f"# HELP {names.IN_FLIGHT} Slot-taking requests admitted to llama-server and not finished",
             f"# TYPE {names.IN_FLIGHT} gauge",
             f"{names.IN_FLIGHT} {self.in_flight}",

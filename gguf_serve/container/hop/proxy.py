@@ -36,6 +36,7 @@ from gguf_serve.container.hop.drain import Drainer, DrainState
 from gguf_serve.container.hop.gpu import GpuReader
 from gguf_serve.container.hop.limits import Admission, Limits
 from gguf_serve.container.hop.metrics import RequestMetrics
+from gguf_serve.container.hop.models import ServedModels
 from gguf_serve.container.hop.upstream import UPSTREAM_SPARE, UpstreamPool
 
 __all__ = ["Admission", "Limits", "ProxyServer", "Refused", "error_body"]
@@ -59,6 +60,7 @@ class ProxyServer:
         drainer: Drainer | None = None,
         keys: ApiKeys | None = None,
         gate: str = "",
+        models: ServedModels | None = None,
     ) -> None:
         """keys: llama-server's API keys; a request without one is answered 401 at its head. gate: what else stands
         in front when there are none (SageMaker: IAM signs every InvokeEndpoint). One of the two is required: a hop
@@ -83,6 +85,7 @@ class ProxyServer:
         self.metrics.admission_limit = self.admission.limit
         self.in_flight = 0  # slot-taking requests admitted and not finished
         self.keys = keys  # llama-server's API keys: a request without one is answered 401 here (auth.py)
+        self.models = models  # the names this endpoint serves: a request naming another gets 404 (models.py)
         self.drainer = drainer  # watches IMDS and drains on a notice (gguf_serve/container/hop/drain.py)
         self.drain: DrainState | None = None  # once set, new slot-taking requests get 503 until the process ends
         self.last_upstream_byte = 0.0  # time.monotonic() of the last byte read from llama-server

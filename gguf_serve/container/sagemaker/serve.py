@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gguf_serve.container.hop.models import ServedModels
 from gguf_serve.container.hop.proxy import Admission
 from gguf_serve.container.launch.cpu import amx_plan
 from gguf_serve.container.launch.preflight import EX_CONFIG, LaunchRefused
@@ -98,6 +99,7 @@ class Supervisor:
             f"http://127.0.0.1:{ports.upstream}",
             admission=Admission(slots=spec.server.parallel, queue_per_slot=spec.server.queue_per_slot),
             gate=contract.IAM_GATE,
+            models=ServedModels(spec.model.served_names),  # another model's name: 404 model_not_found
         )
         self.proc: subprocess.Popen | None = None
         self.stop = threading.Event()

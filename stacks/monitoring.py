@@ -13,6 +13,7 @@ from constructs import Construct
 from gguf_serve.catalog.fleet import AlarmSettings
 from gguf_serve.container.metrics import names
 from stacks.errors import PropsError
+from stacks.fleet_cost import CostBasis, cost_widgets
 from stacks.scaling import group_metric, group_size
 
 FIVE_MIN = Duration.minutes(5)
@@ -39,6 +40,7 @@ class ServiceMonitoring(Construct):
         alb: elbv2.ApplicationLoadBalancer,
         target_group: elbv2.ApplicationTargetGroup,
         wake_answers: cloudwatch.IMetric | None = None,
+        cost: CostBasis | None = None,
     ) -> None:
         """
         name: the stack's name, which starts every alarm description and names the dashboard (`<name>-llama`).
@@ -49,6 +51,8 @@ class ServiceMonitoring(Construct):
         has_gpu: the GPU's TTFT threshold and GPU widgets; mtp: the draft-acceptance widget.
         asg, alb, target_group: whose metrics are watched.
         wake_answers: requests the wake door answered (stacks/wake_door.py), graphed with the wake-ups.
+        cost: the profile's price and full-load figure (stacks/fleet_cost.py): ¥ per million output tokens served,
+            and with alarms.cost_multiple an alarm on a day's.
         """
         if not name:
             raise PropsError("ServiceMonitoring: name is empty; pass the stack's name")
@@ -80,6 +84,14 @@ class ServiceMonitoring(Construct):
             name=name, alarms=alarms, drain_deadline_s=drain_deadline_s, has_gpu=has_gpu, asg=asg, healthy=healthy,
             error_rate=error_rate, deferred=deferred, cut=cut,
         )  # fmt: skip
+        self.cost_widgets: list[cloudwatch.IWidget] = []
+        self.cost_per_token: cloudwatch.Alarm | None = None
+        if cost is not None:
+            self.cost_widgets, self.cost_per_token = cost_widgets(
+                self, name=name, basis=cost, units=group_size(asg, "GroupInServiceInstances"),
+                tokens=group_metric(asg, names.OUTPUT_TOKENS, "Sum"),
+                busy=group_metric(asg, names.SLOTS_BUSY_RATIO, "Average"), alarm_multiple=alarms.cost_multiple,
+            )  # fmt: skip
         self._dashboard(
             name=name, mtp=mtp, has_gpu=has_gpu, asg=asg, alb=alb, tg=tg, healthy=healthy, errors_5xx=errors_5xx,
             cut=cut, wake_answers=wake_answers,
@@ -216,10 +228,18 @@ class ServiceMonitoring(Construct):
             ),
             cloudwatch.AlarmStatusWidget(
                 title="Alarms",
-                alarms=[self.no_healthy_hosts, self.error_rate, self.backlog, self.ttft_p95, self.streams_cut],
+                alarms=[
+                    self.no_healthy_hosts,
+                    self.error_rate,
+                    self.backlog,
+                    self.ttft_p95,
+                    self.streams_cut,
+                    *([self.cost_per_token] if self.cost_per_token else []),
+                ],
                 width=12,
             ),
         ]
+        widgets[1:1] = self.cost_widgets  # near the top: what the fleet's tokens cost, and the utilization behind it
         if mtp:
             widgets.insert(1, _graph("MTP draft acceptance %", [group_metric(asg, names.DRAFT_ACCEPTANCE, "Average")]))
         if has_gpu:

@@ -14,6 +14,7 @@ from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements
 from stacks.errors import PropsError
 from stacks.fleet import ServingFleet
+from stacks.fleet_cost import cost_basis
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.model_cache import ModelCache
@@ -96,6 +97,7 @@ class ServingStack(Stack):
             drain_deadline_s=fleet.drain_deadline_s, has_gpu=plan.hardware.has_gpu, mtp=plan.profile.mtp,
             asg=named, alb=lb.alb, target_group=lb.target_group,
             wake_answers=self.wake_door.answered if self.wake_door else None,
+            cost=cost_basis(plan.profile, plan.hardware, spot=plan.spot),
         )  # fmt: skip
 
     def _acknowledge(self) -> None:

@@ -118,6 +118,9 @@ class AlarmSettings:
     """What pages someone."""
 
     deferred_alarm: int = 4  # queued requests, sustained 5 minutes
+    # A day's real yuan per million output tokens above this multiple of the profile's full-load figure (the report's
+    # one-stream rate at 100% utilization): idle capacity costs that much. 0: no such alarm.
+    cost_multiple: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,10 @@ RANGES: dict[type, dict[str, tuple[float, float, str]]] = {
         "deferred_scale_out": (1, 1000, "queued requests"),
         "shed_scale_out_many": (2, 100000, "requests answered 429 in a minute"),
     },
-    AlarmSettings: {"deferred_alarm": (1, 1000, "queued requests")},
+    AlarmSettings: {
+        "deferred_alarm": (1, 1000, "queued requests"),
+        "cost_multiple": (0, 1000, "x the full-load figure"),
+    },
     DrainSettings: {
         "longest_answer_tokens": (1, 262_144, "tokens"),
         "slowest_decode_tok_s": (0.1, 10_000, "tok/s"),

@@ -16,6 +16,8 @@ from constructs import Construct
 
 from gguf_serve.container.metrics import names
 from gguf_serve.container.sagemaker.emf import DIM_ENDPOINT, DIM_VARIANT
+from gguf_serve.container.sagemaker.emf import INTERVAL_S as EMF_INTERVAL_S
+from stacks.fleet_cost import CostBasis, cost_widgets
 from stacks.monitoring import TTFT_P95_ALARM_S
 
 FIVE_MIN = Duration.minutes(5)
@@ -37,12 +39,15 @@ class EndpointMonitoring(Construct):
         deferred_alarm: int,
         has_gpu: bool,
         mtp: bool,
+        cost: CostBasis | None = None,
+        cost_multiple: float = 0.0,
     ) -> None:
         """
         name: the stack's name: it starts every alarm description and names the dashboard (`<name>-llama`).
         endpoint_name, variant_name: the metrics' dimensions.
         deferred_alarm: queued requests, sustained 5 minutes, that page someone (fleet.deferred_alarm), 1 up.
         has_gpu: the GPU's TTFT threshold and GPU widgets; mtp: the draft-acceptance widget.
+        cost, cost_multiple: the ml type's price and the full-load figure (stacks/fleet_cost.py), the alarm's multiple.
         """
         if not name or not endpoint_name or deferred_alarm < 1:
             raise ValueError("EndpointMonitoring: name and endpoint_name must be set, deferred_alarm at least 1")
@@ -93,6 +98,15 @@ class EndpointMonitoring(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
             alarm_description=f"{name}: no container has written its metrics for 15 minutes",
         )
+        self.cost_widgets: list[cloudwatch.IWidget] = []
+        self.cost_per_token: cloudwatch.Alarm | None = None
+        if cost is not None:
+            # Instances counted by the container's own datums: each publishes busy slots once per EMF interval.
+            busy = metric(names.NAMESPACE, names.SLOTS_BUSY_RATIO, "Average")
+            self.cost_widgets, self.cost_per_token = cost_widgets(
+                self, name=name, basis=cost, units=busy, tokens=metric(names.NAMESPACE, names.OUTPUT_TOKENS, "Sum"),
+                busy=busy, alarm_multiple=cost_multiple, seconds_per_sample=EMF_INTERVAL_S,
+            )  # fmt: skip
         self._dashboard(name, has_gpu=has_gpu, mtp=mtp, invocations=invocations, errors=errors, cut=cut)
 
     def _dashboard(self, name: str, *, has_gpu: bool, mtp: bool, invocations, errors, cut) -> None:
@@ -138,10 +152,18 @@ class EndpointMonitoring(Construct):
             ),
             cloudwatch.AlarmStatusWidget(
                 title="Alarms",
-                alarms=[self.error_rate, self.backlog, self.streams_cut, self.ttft_p95, self.silent],
+                alarms=[
+                    self.error_rate,
+                    self.backlog,
+                    self.streams_cut,
+                    self.ttft_p95,
+                    self.silent,
+                    *([self.cost_per_token] if self.cost_per_token else []),
+                ],
                 width=12,
             ),
         ]
+        widgets[1:1] = self.cost_widgets
         if mtp:
             widgets.insert(1, _graph("MTP draft acceptance %", [ours(names.DRAFT_ACCEPTANCE, "Average")]))
         if has_gpu:

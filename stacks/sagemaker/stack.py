@@ -12,6 +12,7 @@ from gguf_serve.catalog.hosting import SageMakerHosting, endpoint_name, plan_sag
 from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
 from stacks.access_logs import AccessLogs
 from stacks.checkov import CheckovAcknowledgements
+from stacks.fleet_cost import cost_basis
 from stacks.image_build import ImageBuild
 from stacks.model_cache import ModelCache
 from stacks.nag import acknowledge
@@ -77,6 +78,8 @@ class SageMakerStack(Stack):
             self, "Monitoring", name=self.stack_name, endpoint_name=endpoint.endpoint_name,
             variant_name=endpoint.variant_name, deferred_alarm=f.alarms.deferred_alarm,
             has_gpu=profile.hardware.has_gpu, mtp=profile.mtp,
+            cost=cost_basis(profile, profile.hardware, rate_type=hosting.ec2_type or None),
+            cost_multiple=f.alarms.cost_multiple,
         )  # fmt: skip
         self.profile, self.hosting, self.plan, self.endpoint, self.staging = profile, hosting, plan, endpoint, staging
         self._outputs(endpoint)

@@ -140,6 +140,7 @@ class RequestMetrics:
         self.shed = 0  # slot-taking requests answered 429
         self.unauthorized = 0  # requests answered 401 at the hop: without the key, never admitted nor shed
         self.wrong_model = 0  # requests answered 404 model_not_found at the hop: never admitted nor shed
+        self.output_tokens = 0  # generated tokens of the answers relayed whole (the cost per token's denominator)
         self.evicted = 0  # connections closed for a newer one with the table full
         self.in_flight = 0  # slot-taking requests admitted and not finished
         self.admission_limit: int | None = None  # in_flight beyond which requests are shed; None: never
@@ -164,6 +165,10 @@ class RequestMetrics:
         h[names.DURATION].observe(duration)
         t = r.timings or {}
         prompt_ms, predicted_ms = _number(t, "prompt_ms"), _number(t, "predicted_ms")
+        predicted = _number(t, "predicted_n")
+        if predicted is not None and predicted > 0:
+            with self._lock:
+                self.output_tokens += int(predicted)
         predicted_n = _number(t, "predicted_n")
         if prompt_ms is not None and predicted_ms is not None:
             h[names.QUEUE_WAIT].observe(max(0.0, duration - (prompt_ms + predicted_ms) / 1000))
@@ -195,6 +200,9 @@ class RequestMetrics:
             f"# HELP {names.UNAUTHORIZED} Requests without the API key, answered 401 by the hop (not forwarded)",
             f"# TYPE {names.UNAUTHORIZED} counter",
             f"{names.UNAUTHORIZED} {self.unauthorized}",
+            f"# HELP {names.OUTPUT_TOKENS} Generated tokens of the answers relayed (llama-server's predicted_n)",
+            f"# TYPE {names.OUTPUT_TOKENS} counter",
+            f"{names.OUTPUT_TOKENS} {self.output_tokens}",
             f"# HELP {names.WRONG_MODEL} Requests naming a model this endpoint does not serve, answered 404 by the hop",
             f"# TYPE {names.WRONG_MODEL} counter",
             f"{names.WRONG_MODEL} {self.wrong_model}",

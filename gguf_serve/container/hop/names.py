@@ -12,6 +12,7 @@ DURATION = f"{PREFIX}_request_duration_seconds"
 REQUESTS = f"{PREFIX}_requests_total"
 SHED = f"{PREFIX}_requests_shed_total"  # counter: answered 429 by admission control
 UNAUTHORIZED = f"{PREFIX}_requests_unauthorized_total"  # counter: answered 401 at the hop (no key)
+OUTPUT_TOKENS = f"{PREFIX}_output_tokens_total"  # counter: tokens of the answers relayed (llama-server's predicted_n)
 WRONG_MODEL = f"{PREFIX}_requests_model_not_found_total"  # counter: answered 404, naming a model served elsewhere
 IN_FLIGHT = f"{PREFIX}_requests_in_flight"  # gauge: slot-taking requests admitted, processing or waiting
 ADMISSION_LIMIT = f"{PREFIX}_admission_limit"  # gauge: slots * (1 + queue_per_slot), when set

@@ -19,6 +19,7 @@ LLAMA_DRAFT_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 # The hop's admission families (gguf_serve/container/hop/names.py SHED and IN_FLIGHT, spelled out as in latency.py)
 HOP_SHED = "gguf_serve_requests_shed_total"
 HOP_IN_FLIGHT = "gguf_serve_requests_in_flight"
+HOP_OUTPUT_TOKENS = "gguf_serve_output_tokens_total"
 
 COUNT = "Count"
 PER_SECOND = "Count/Second"
@@ -72,6 +73,9 @@ def derive(
     shed = _increase(prev, cur, HOP_SHED, False)  # the hop's counter restarts with the hop (a drop), not llama-server
     if shed is not None:
         out.append(Datum(names.REQUESTS_SHED, shed, COUNT))
+    served = _increase(prev, cur, HOP_OUTPUT_TOKENS, False)  # as the shed counter: the hop's own
+    if served is not None:
+        out.append(Datum(names.OUTPUT_TOKENS, served, COUNT))
     drafted = _increase(prev, cur, LLAMA_DRAFT_TOKENS, restarted)
     accepted = _increase(prev, cur, LLAMA_DRAFT_ACCEPTED, restarted)
     if drafted and accepted is not None:

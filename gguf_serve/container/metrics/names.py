@@ -20,6 +20,8 @@ SCRAPE_FAILED = "ScrapeFailed"  # 1 when a scrape failed, Count
 # slot-taking requests it let through that are not finished (processing or waiting in llama-server)
 REQUESTS_SHED = "RequestsShed"  # Count per scrape interval
 HOP_REQUESTS_IN_FLIGHT = "HopRequestsInFlight"  # gauge, Count
+# Generated tokens of the answers the hop relayed since the last scrape: the cost per token's denominator
+OUTPUT_TOKENS = "OutputTokens"  # Count per scrape interval
 # From the hop's drain (gguf_serve/container/hop/drain.py), one datum each when a drain ends: a Spot notice or the
 # instance
 # leaving the group. Streams that ended with their whole answer, streams still running at the end (cut), new
@@ -52,5 +54,6 @@ ALL_METRICS = (
     SCRAPE_FAILED,
     REQUESTS_SHED,
     HOP_REQUESTS_IN_FLIGHT,
+    OUTPUT_TOKENS,
 )
 LATENCY_METRICS = (TTFT, INTER_TOKEN_LATENCY, QUEUE_WAIT, DECODE_TPS, REQUEST_DRAFT_ACCEPTANCE)

@@ -66,3 +66,48 @@ def test_the_openai_client_gets_its_models_and_a_refusal_for_another(hop):
     with pytest.raises(openai.NotFoundError):  # a stream is refused the same way, before any byte of it
         client.chat.completions.create(model="Qwen3.6-27B", messages=[{"role": "user", "content": "Hi"}],
                                        max_tokens=4, stream=True)  # fmt: skip
+
+
+def _counter(text: str, name: str) -> float:
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == name)
+
+
+def test_the_cost_per_token_from_the_real_servers_counters_matches_the_hand_computation(hop):
+    """The dashboard's denominator, end to end: the hop's output-token counter moves by what the OpenAI client was
+    told it got (usage.completion_tokens) and by what llama-server counted; the dashboard's expression over it gives
+    the yuan per million a hand computation gives from the catalog's price."""
+    import openai
+
+    from gguf_serve.container.hop import names as hop_names
+    from gguf_serve.container.metrics.derive import LLAMA_TOKENS_PREDICTED
+    from stacks.fleet_cost import HOUR, cost_basis
+    from tests.committed import profile_by_stack
+    from tests.stacks.constructs.test_fleet_cost import evaluate
+
+    base, key, name = hop
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+
+    def metrics() -> str:
+        request = urllib.request.Request(f"{base}/metrics", headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.read().decode()
+
+    before = metrics()
+    told = 0
+    for stream in (False, True, False):
+        asked = {"model": name, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 16}
+        if stream:
+            chunks = list(client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+            told += next(c.usage.completion_tokens for c in chunks if c.usage is not None)
+        else:
+            told += client.chat.completions.create(**asked).usage.completion_tokens
+    after = metrics()
+    counted = _counter(after, hop_names.OUTPUT_TOKENS) - _counter(before, hop_names.OUTPUT_TOKENS)
+    server = _counter(after, LLAMA_TOKENS_PREDICTED) - _counter(before, LLAMA_TOKENS_PREDICTED)
+    assert told > 0 and counted == told == server, (counted, told, server)
+
+    profile = profile_by_stack("GravitonMoeStack")  # priced as if this hour ran on one c8g.4xlarge
+    basis = cost_basis(profile, profile.hardware)
+    per_million = evaluate(basis.per_million("units_h", "tokens_h", HOUR), {"units_h": 1, "tokens_h": counted})
+    by_hand = 9069 / 12 / (30 * 24) * 1e6 / counted  # RI / 12 months / hours in the report's month, per token
+    assert per_million == pytest.approx(by_hand)

@@ -115,3 +115,20 @@ def test_the_hops_shed_requests_and_in_flight_from_its_own_exposition():
     hop.shed = 2  # the hop restarted: count from zero, never negative
     restarted = as_dict(derive(prev, parse_prometheus(metrics_text() + hop.exposition()), 60.0))
     assert restarted[names.REQUESTS_SHED] == (2, "Count")
+
+
+def test_output_tokens_are_the_increase_of_the_hops_counter_of_relayed_answers():
+    """The hop counts each answer's predicted_n once it is relayed whole; the publisher sends the increase."""
+    from gguf_serve.container.hop import names as hop_names
+    from gguf_serve.container.hop.metrics import RequestMetrics, RequestRecord
+    from gguf_serve.container.metrics.derive import HOP_OUTPUT_TOKENS
+
+    assert HOP_OUTPUT_TOKENS == hop_names.OUTPUT_TOKENS
+    hop = RequestMetrics()
+    prev = parse_prometheus(metrics_text() + hop.exposition())
+    for predicted, status in ((120, 200), (80, 200), (500, 500)):  # a failed answer's tokens are not served
+        record = RequestRecord(0.0)
+        record.status, record.finished, record.timings = status, 1.0, {"predicted_n": predicted}
+        hop.observe(record)
+    got = as_dict(derive(prev, parse_prometheus(metrics_text() + hop.exposition()), 60.0))
+    assert got[names.OUTPUT_TOKENS] == (200, "Count")

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gguf_serve.container.metrics import names
-from gguf_serve.container.metrics.derive import HOP_IN_FLIGHT, HOP_SHED, Datum
+from gguf_serve.container.metrics.derive import HOP_IN_FLIGHT, HOP_OUTPUT_TOKENS, HOP_SHED, Datum
 from gguf_serve.container.metrics.publish import Publisher, metric_data
 from gguf_serve.container.metrics.scrape import ApiKeySource
 from tests.container.metrics.conftest import GROUP, INSTANCE, datapoints, dimension_sets, metrics_text
@@ -61,10 +61,11 @@ def test_metric_data_doubles_each_datum_at_group_and_instance_level():
         metric_data([Datum("A", 1, "Count")] * 501, group="g", instance_id="i-1", timestamp=ts)
 
 
-def hop_lines(shed: int, in_flight: int) -> str:
-    """The admission families the hop appends to llama-server's /metrics (gguf_serve/container/hop/names.py)."""
+def hop_lines(shed: int, in_flight: int, output_tokens: int = 0) -> str:
+    """The families the hop appends to llama-server's /metrics (gguf_serve/container/hop/names.py)."""
     return (f"# TYPE {HOP_SHED} counter\n{HOP_SHED} {shed}\n"
-            f"# TYPE {HOP_IN_FLIGHT} gauge\n{HOP_IN_FLIGHT} {in_flight}\n")  # fmt: skip
+            f"# TYPE {HOP_IN_FLIGHT} gauge\n{HOP_IN_FLIGHT} {in_flight}\n"
+            f"# TYPE {HOP_OUTPUT_TOKENS} counter\n{HOP_OUTPUT_TOKENS} {output_tokens}\n")  # fmt: skip
 
 
 def test_two_scrapes_publish_every_metric_with_both_dimension_sets(fake_server, cloudwatch, monkeypatch):
@@ -73,7 +74,7 @@ def test_two_scrapes_publish_every_metric_with_both_dimension_sets(fake_server, 
     fake_server.metrics = metrics_text(
         requests_processing=1, tokens_predicted_total=100, prompt_tokens_total=10,
         spec_decode_num_draft_tokens_total=100, spec_decode_num_accepted_tokens_total=80,
-    ) + hop_lines(shed=2, in_flight=1)  # fmt: skip
+    ) + hop_lines(shed=2, in_flight=1, output_tokens=90)  # fmt: skip
     first = {d.name for d in pub.step()}
     assert first == {names.REQUESTS_PROCESSING, names.REQUESTS_DEFERRED, names.SLOTS_BUSY_RATIO, names.SCRAPE_FAILED,
                      names.HOP_REQUESTS_IN_FLIGHT}  # fmt: skip
@@ -82,7 +83,7 @@ def test_two_scrapes_publish_every_metric_with_both_dimension_sets(fake_server, 
     fake_server.metrics = metrics_text(
         requests_processing=3, requests_deferred=2, tokens_predicted_total=700, prompt_tokens_total=310,
         spec_decode_num_draft_tokens_total=300, spec_decode_num_accepted_tokens_total=230,
-    ) + hop_lines(shed=7, in_flight=5)  # fmt: skip
+    ) + hop_lines(shed=7, in_flight=5, output_tokens=690)  # fmt: skip
     pub.step()
 
     assert published(cloudwatch) == set(names.ALL_METRICS)
@@ -98,6 +99,7 @@ def test_two_scrapes_publish_every_metric_with_both_dimension_sets(fake_server, 
         names.SCRAPE_FAILED: (0.0, 0.0, 2, "Count"),
         names.HOP_REQUESTS_IN_FLIGHT: (1.0, 5.0, 2, "Count"),  # the hop's gauge, from both scrapes
         names.REQUESTS_SHED: (5.0, 5.0, 1, "Count"),  # 429s between the scrapes: the counter went 2 -> 7
+        names.OUTPUT_TOKENS: (600.0, 600.0, 1, "Count"),  # tokens of the answers relayed between the scrapes
     }
     assert set(expect) == set(names.ALL_METRICS)
     for metric, (low, high, count, unit) in expect.items():

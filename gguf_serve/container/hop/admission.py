@@ -17,9 +17,9 @@ import h11
 
 from gguf_serve.container.hop.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_TYPE, needs_key
 from gguf_serve.container.hop.client import READ_SIZE, ClientConnection, Hop, Refused, error_body, fields
-from gguf_serve.container.hop.exchange import Exchange, forwarded_headers
+from gguf_serve.container.hop.exchange import Exchange, Via, forwarded_headers
 from gguf_serve.container.hop.metrics import RequestRecord
-from gguf_serve.container.hop.models import LIST_ROUTES, MODEL_ROUTES
+from gguf_serve.container.hop.models import LIST_ROUTES, MODEL_HEADER, MODEL_ROUTES
 
 log = logging.getLogger("gguf-serve-hop")
 
@@ -115,13 +115,44 @@ async def _other_model(
     if request.method != b"POST" or route not in MODEL_ROUTES or chunked or not length or encoded:
         return False
     body = await conn.peek_body(length, conn.limits.body_deadline_s)
-    refusal = None if body is None else models.refusal(body)
+    if body is None:
+        return False
+    # Named by the shared load balancer's header already: it came to the fleet that serves it, or a loop ends here.
+    routable = not any(n == MODEL_HEADER for n, _ in lowered)
+    asked = models.asked(body)
+    if routable and (to := models.route(asked)) is not None:
+        await _route(conn, request, route, chunked, server.routes[to.model])
+        return True
+    refusal = models.refusal(body, routable=routable)
     if refusal is None:
         return False
     server.metrics.wrong_model += 1  # answered here: no admission place, not shed
     conn.take_buffered_body()  # read past the body: the connection is kept for the next request
     await conn.reply(404, refusal)
     return True
+
+
+async def _route(conn: ClientConnection, request: h11.Request, route: str, chunked: bool, via: Via) -> None:
+    """A request for a model another fleet behind the same endpoint serves, forwarded there (models.py), bounded:
+    at most Limits.max_routed in flight, 503 while this instance drains; the serving fleet's hop counts the rest."""
+    server = conn.server
+    retry = [(b"retry-after", b"%d" % server.admission.retry_after_s)]
+    if server.drain is not None:
+        keep = conn.take_buffered_body()
+        await conn.refuse(503, f"this instance is draining ({server.drain.reason}); retry", close=not keep, extra=retry)
+        return
+    if server.routed_in_flight >= conn.limits.max_routed:
+        server.metrics.route_shed += 1
+        keep = conn.take_buffered_body()
+        reason = f"{server.routed_in_flight} requests are being forwarded to other models' fleets; retry later"
+        await conn.refuse(429, reason, close=not keep, extra=retry)
+        return
+    server.metrics.routed += 1
+    server.routed_in_flight += 1
+    try:
+        await Exchange(conn, request, route, chunked, None, via=via).run()
+    finally:
+        server.routed_in_flight -= 1
 
 
 def _check(

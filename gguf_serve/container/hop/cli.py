@@ -14,7 +14,7 @@ from typing import Any
 from gguf_serve.container.hop.auth import ApiKeys
 from gguf_serve.container.hop.drain import Drainer, DrainSettings
 from gguf_serve.container.hop.gpu import GpuReader
-from gguf_serve.container.hop.models import ServedModels
+from gguf_serve.container.hop.models import ServedModels, parse_route
 from gguf_serve.container.hop.pod import PodDrainer
 from gguf_serve.container.hop.proxy import Admission, Limits, ProxyServer
 from gguf_serve.container.names import API_KEY_ENV, SERVER_PORT, UPSTREAM_PORT
@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a name the model answers to (repeat; default: the --spec model's name and aliases); a request naming "
         "another model gets 404 model_not_found, GET /v1/models lists these",
+    )
+    p.add_argument(
+        "--route",
+        action="append",
+        metavar="NAME=URL",
+        help="a model another fleet behind the same endpoint serves, and its http:// address there (repeat): a "
+        "request naming it is forwarded with X-Gateway-Model-Name: NAME, and GET /v1/models lists it",
     )
     p.add_argument("--slots", type=int, help="llama-server's slots (-np), when there is no --spec")
     p.add_argument(
@@ -193,10 +200,15 @@ def _spec(args: argparse.Namespace) -> Any:
 
 
 def _models(args: argparse.Namespace) -> ServedModels | None:
-    """The names this endpoint serves: --served-model, else the spec's model and its aliases; none: no check."""
-    if args.served_model:
-        return ServedModels(tuple(args.served_model))
-    return ServedModels(_spec(args).model.served_names) if args.spec else None
+    """The names this endpoint serves: --served-model, else the spec's model and its aliases; none: no check. With
+    --route, the models other fleets behind the same endpoint serve."""
+    routes = tuple(parse_route(r) for r in args.route or ())
+    names = tuple(args.served_model or ()) or (_spec(args).model.served_names if args.spec else ())
+    if not names:
+        if routes:
+            raise ValueError("--route needs the names served here: --spec or --served-model")
+        return None
+    return ServedModels(names, routes)
 
 
 def _admission(args: argparse.Namespace) -> Admission:

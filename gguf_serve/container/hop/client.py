@@ -62,6 +62,8 @@ class Hop(Protocol):
     upstream_timeout_s: float
     keys: ApiKeys | None
     models: ServedModels | None
+    routes: dict[str, Any]  # model -> exchange.Via
+    routed_in_flight: int
     drain: DrainState | None
     in_flight: int
     last_upstream_byte: float

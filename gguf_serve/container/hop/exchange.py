@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import h11
@@ -23,7 +24,7 @@ from gguf_serve.container.hop.client import HOP_BY_HOP, READ_SIZE, ClientConnect
 from gguf_serve.container.hop.connections import BODY, BUSY
 from gguf_serve.container.hop.metrics import RequestRecord
 from gguf_serve.container.hop.relay import Answer
-from gguf_serve.container.hop.upstream import RESEND_MAX_BYTES, UpstreamConnection
+from gguf_serve.container.hop.upstream import RESEND_MAX_BYTES, UpstreamConnection, UpstreamPool
 
 log = logging.getLogger("gguf-serve-hop")
 
@@ -32,13 +33,31 @@ class Unreachable(Exception):
     """No connection to llama-server could be made."""
 
 
+@dataclass(frozen=True)
+class Via:
+    """Another endpoint a request goes to instead of llama-server (models.py routes): its connections, its Host,
+    and the headers that name what it is for."""
+
+    pool: UpstreamPool
+    netloc: str
+    headers: tuple[tuple[bytes, bytes], ...]
+
+
 class Exchange(Answer):
     """One forwarded request: the body streams up while the answer streams back; either side leaving ends both."""
 
     def __init__(
-        self, conn: ClientConnection, request: h11.Request, route: str, chunked: bool, record: RequestRecord | None
+        self,
+        conn: ClientConnection,
+        request: h11.Request,
+        route: str,
+        chunked: bool,
+        record: RequestRecord | None,
+        via: Via | None = None,
     ) -> None:
         self.conn = conn
+        self.via = via
+        self.pool = via.pool if via is not None else conn.server.upstream
         self.server = conn.server
         self.request = request
         self.route = route
@@ -75,7 +94,7 @@ class Exchange(Answer):
                 log.info("llama-server closed a kept connection (%s); the request goes again on a new one", e)
                 await self._attempt(fresh=True)
         except Unreachable as e:
-            log.warning("upstream %s unreachable: %s", server.upstream_netloc, e)
+            log.warning("upstream %s unreachable: %s", self.via.netloc if self.via else server.upstream_netloc, e)
             self._observe(502)
             await conn.refuse(502, "llama-server is not reachable", close=True)
         except ClientGone as e:
@@ -107,7 +126,7 @@ class Exchange(Answer):
         await self._stop_body()
         self._release()
         try:
-            upstream = self.upstream = await self.server.upstream.take(fresh=fresh)
+            upstream = self.upstream = await self.pool.take(fresh=fresh)
         except (OSError, TimeoutError) as e:
             raise Unreachable(str(e) or type(e).__name__) from None
         self.up = AnswerReader(self.request.method, limit=READ_SIZE)
@@ -116,7 +135,7 @@ class Exchange(Answer):
         if again:
             upstream.write(b"".join(again))
         else:
-            headers = forwarded_headers(self.server, self.request, self.chunked)
+            headers = forwarded_headers(self.server, self.request, self.chunked, via=self.via)
             self._send_up(frame_request(self.request.method, self.request.target, headers))
         self._take_buffered()
         if self._framed and self._early is None:
@@ -158,7 +177,7 @@ class Exchange(Answer):
         if upstream is None:
             return
         if self.answer_read and self.keep_alive and self.body_in and self.server.drain is None:
-            self.server.upstream.give_back(upstream)
+            self.pool.give_back(upstream)
         else:
             upstream.close()
 
@@ -315,11 +334,15 @@ class Exchange(Answer):
 
 
 def forwarded_headers(
-    server: Hop, request: h11.Request, chunked: bool, *, bodiless: bool = False
+    server: Hop, request: h11.Request, chunked: bool, *, bodiless: bool = False, via: Via | None = None
 ) -> list[tuple[bytes, bytes]]:
     dropped = HOP_BY_HOP | {b"content-length"} if bodiless else HOP_BY_HOP  # a body the hop does not forward
-    headers = [(b"Host", server.upstream_netloc.encode())]
+    if via is not None:  # its own naming headers replace any the client sent
+        dropped = dropped | {n.lower() for n, _ in via.headers}
+    headers = [(b"Host", (via.netloc if via is not None else server.upstream_netloc).encode())]
     headers += [(n, v) for n, v in request.headers.raw_items() if n.lower() not in dropped]
+    if via is not None:
+        headers += list(via.headers)
     if chunked:
         headers.append((b"Transfer-Encoding", b"chunked"))
     return headers

@@ -20,6 +20,7 @@ class Limits:
     overflow_connections: int = 64  # past a full table of busy connections: these answer GET /health only
     connect_timeout_s: float = 5.0
     health_timeout_s: float = 0.5
+    max_routed: int = 64  # requests forwarded to other models' fleets at once (models.py); past it 429
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,8 @@ class RequestMetrics:
         self.unauthorized = 0  # requests answered 401 at the hop: without the key, never admitted nor shed
         self.wrong_model = 0  # requests answered 404 model_not_found at the hop: never admitted nor shed
         self.output_tokens = 0  # generated tokens of the answers relayed whole (the cost per token's denominator)
+        self.routed = 0  # requests forwarded to the fleet that serves the model they name (models.py)
+        self.route_shed = 0  # of those, answered 429: Limits.max_routed in flight already
         self.evicted = 0  # connections closed for a newer one with the table full
         self.in_flight = 0  # slot-taking requests admitted and not finished
         self.admission_limit: int | None = None  # in_flight beyond which requests are shed; None: never
@@ -203,6 +205,12 @@ class RequestMetrics:
             f"# HELP {names.OUTPUT_TOKENS} Generated tokens of the answers relayed (llama-server's predicted_n)",
             f"# TYPE {names.OUTPUT_TOKENS} counter",
             f"{names.OUTPUT_TOKENS} {self.output_tokens}",
+            f"# HELP {names.ROUTED} Requests forwarded to the fleet that serves the model they name (counted there)",
+            f"# TYPE {names.ROUTED} counter",
+            f"{names.ROUTED} {self.routed}",
+            f"# HELP {names.ROUTE_SHED} Requests for another fleet's model answered 429: too many forwards at once",
+            f"# TYPE {names.ROUTE_SHED} counter",
+            f"{names.ROUTE_SHED} {self.route_shed}",
             f"# HELP {names.WRONG_MODEL} Requests naming a model this endpoint does not serve, answered 404 by the hop",
             f"# TYPE {names.WRONG_MODEL} counter",
             f"{names.WRONG_MODEL} {self.wrong_model}",

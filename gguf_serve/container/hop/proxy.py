@@ -33,6 +33,7 @@ from gguf_serve.container.hop.channel import Channel
 from gguf_serve.container.hop.client import ClientConnection, Refused, error_body
 from gguf_serve.container.hop.connections import ConnectionTable
 from gguf_serve.container.hop.drain import Drainer, DrainState
+from gguf_serve.container.hop.exchange import Via
 from gguf_serve.container.hop.gpu import GpuReader
 from gguf_serve.container.hop.limits import Admission, Limits
 from gguf_serve.container.hop.metrics import RequestMetrics
@@ -86,6 +87,13 @@ class ProxyServer:
         self.in_flight = 0  # slot-taking requests admitted and not finished
         self.keys = keys  # llama-server's API keys: a request without one is answered 401 here (auth.py)
         self.models = models  # the names this endpoint serves: a request naming another gets 404 (models.py)
+        connect_s = self.limits.connect_timeout_s
+        self.routes = {  # the models other fleets serve behind the same endpoint: their connections
+            r.model: Via(UpstreamPool(r.host, r.port, size=UPSTREAM_SPARE * 4, connect_timeout_s=connect_s),
+                         r.netloc, ((b"X-Gateway-Model-Name", r.model.encode()),))
+            for r in (models.routes if models else ())
+        }  # fmt: skip
+        self.routed_in_flight = 0
         self.drainer = drainer  # watches IMDS and drains on a notice (gguf_serve/container/hop/drain.py)
         self.drain: DrainState | None = None  # once set, new slot-taking requests get 503 until the process ends
         self.last_upstream_byte = 0.0  # time.monotonic() of the last byte read from llama-server

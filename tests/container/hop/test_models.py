@@ -103,3 +103,82 @@ def test_refusal_reads_only_a_json_object_with_a_string_model():
     assert SERVED.refusal(b'{"messages": []}') is None
     refusal = SERVED.refusal(b'{"model": "' + b"x" * 5000 + b'"}')
     assert refusal is not None and len(refusal) < 1000  # the echoed name is cut
+
+
+# --- one endpoint, several models: a request naming another fleet's model is forwarded there -------------------
+
+
+def _pair(make_hop, **a_settings):
+    """Hop B serves "Qwen3.6-27B"; hop A serves the 35B-A3B and routes the 27B to B (as to the shared ALB)."""
+    from gguf_serve.container.hop.models import Route
+
+    b = make_hop(models=ServedModels(("Qwen3.6-27B",)))
+    routes = (Route("Qwen3.6-27B", f"http://127.0.0.1:{_port(b)}"),)
+    a = make_hop(models=ServedModels(SERVED.names, routes), **a_settings)
+    return a, b
+
+
+def test_another_fleets_model_is_forwarded_there_with_the_header_its_rule_matches(make_hop, upstream):
+    a, b = _pair(make_hop)
+    status, doc = _post(_port(a), _chat("Qwen3.6-27B"))
+    assert status == 200 and doc["choices"][0]["message"]["content"] == "abcd"
+    seen = upstream.seen[-1]
+    assert seen["body"]["model"] == "Qwen3.6-27B"
+    assert seen["headers"]["X-Gateway-Model-Name"] == "Qwen3.6-27B"
+    assert (a.metrics.routed, a.metrics.wrong_model, a.in_flight) == (1, 0, 0)  # no slot taken at A
+    assert b.metrics.routed == 0 and f"{names.ROUTED} 1" in a.hop_exposition()
+
+
+def test_a_stream_for_another_fleets_model_arrives_whole_through_the_forward(make_hop, upstream):
+    a, _ = _pair(make_hop)
+    upstream.gate.set()
+    conn = http.client.HTTPConnection("127.0.0.1", _port(a), timeout=10)
+    conn.request("POST", "/v1/chat/completions", json.dumps({**_chat("Qwen3.6-27B"), "stream": True}), AUTH)
+    answer = conn.getresponse()
+    text = answer.read().decode()
+    assert answer.status == 200 and text.endswith("data: [DONE]\n\n") and text.count('"content"') >= 4
+
+
+def test_a_model_behind_no_fleet_is_refused_listing_every_model_behind_the_endpoint(make_hop, upstream):
+    a, _ = _pair(make_hop)
+    status, doc = _post(_port(a), _chat("Llama-4"))
+    assert status == 404 and doc["models"] == ["Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Qwen3.6-27B"]
+    conn = http.client.HTTPConnection("127.0.0.1", _port(a), timeout=10)
+    conn.request("GET", "/v1/models", headers=AUTH)
+    listed = [m["id"] for m in json.loads(conn.getresponse().read())["data"]]
+    assert listed == ["Qwen3.6-35B-A3B", "qwen3.6-35b-a3b", "Qwen3.6-27B"]
+
+
+def test_a_request_already_named_by_the_header_is_never_forwarded_again(make_hop, upstream):
+    """A misrouted rule (the header names a model this fleet does not serve) ends in a 404, not a loop."""
+    a, _ = _pair(make_hop)
+    conn = http.client.HTTPConnection("127.0.0.1", _port(a), timeout=10)
+    conn.request("POST", "/v1/chat/completions", json.dumps(_chat("Qwen3.6-27B")),
+                 {**AUTH, "X-Gateway-Model-Name": "Qwen3.6-27B"})  # fmt: skip
+    answer = conn.getresponse()
+    doc = json.loads(answer.read())
+    assert answer.status == 404 and doc["models"] == list(SERVED.names)  # only what is served here
+    assert a.metrics.routed == 0 and [s for s in upstream.seen if s["method"] == "POST"] == []
+
+
+def test_forwards_are_bounded_and_refused_with_retry_after(make_hop, upstream):
+    from gguf_serve.container.hop.limits import Limits
+
+    a, _ = _pair(make_hop, limits=Limits(max_routed=0))
+    conn = http.client.HTTPConnection("127.0.0.1", _port(a), timeout=10)
+    conn.request("POST", "/v1/chat/completions", json.dumps(_chat("Qwen3.6-27B")), AUTH)
+    answer = conn.getresponse()
+    answer.read()
+    assert answer.status == 429 and answer.getheader("Retry-After") == "2"
+    assert a.metrics.route_shed == 1 and a.metrics.shed == 0  # not the fleet's own shed: no scaler moves on it
+
+
+def test_a_route_for_a_name_served_here_or_not_http_is_refused():
+    from gguf_serve.container.hop.models import Route, parse_route
+
+    with pytest.raises(ValueError, match="served here and routed"):
+        ServedModels(("A",), (Route("A", "http://10.0.0.1:8080"),))
+    with pytest.raises(ValueError, match="http://host"):
+        parse_route("B=https://internal-alb:443")
+    with pytest.raises(ValueError, match="NAME=http"):
+        parse_route("http://10.0.0.1:8080")

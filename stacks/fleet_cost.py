@@ -112,7 +112,8 @@ def cost_widgets(
     for period, label in ((HOUR, "hourly"), (DAY, "daily")):
         # one id per period: a graph's metrics of one id must be the same metric (the period is part of it)
         u, t = f"units_{label[0]}", f"tokens_{label[0]}"
-        using = {u: units.with_(statistic=statistic), t: tokens.with_(statistic="Sum")}  # type: ignore[attr-defined]
+        using = {u: units.with_(statistic=statistic, period=period),  # type: ignore[attr-defined]
+                 t: tokens.with_(statistic="Sum", period=period)}  # type: ignore[attr-defined]  # fmt: skip
         lines.append(cloudwatch.MathExpression(
             expression=basis.per_million(running(u, period), t, period), using_metrics=using, period=period,
             label=f"¥ per million output tokens, {label}",
@@ -125,7 +126,7 @@ def cost_widgets(
         ))  # fmt: skip
     spent = [
         cloudwatch.MathExpression(expression=basis.spent(running("units", HOUR), HOUR),
-                                  using_metrics={"units": units.with_(statistic=statistic)},  # type: ignore[attr-defined]
+                                  using_metrics={"units": units.with_(statistic=statistic, period=HOUR)},  # type: ignore[attr-defined]
                                   period=HOUR, label=f"¥ per hour ({basis.hourly_cny:.2f} per unit)"),
         tokens.with_(statistic="Sum", period=HOUR, label="output tokens per hour"),  # type: ignore[attr-defined]
     ]  # fmt: skip

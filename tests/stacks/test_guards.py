@@ -13,6 +13,7 @@ from stacks.app import build_app
 from stacks.lambda_runtimes import CHINA_DOCUMENTED, PYTHON
 from stacks.options import DeployOptionError
 from tests.conftest import ROOT, cdk_context
+from tests.whole_app import OPTION_SETS
 from tests.stacks.conftest import STACK_NAMES
 
 
@@ -85,6 +86,21 @@ def test_cdk_nag_has_no_unacknowledged_findings_and_every_acknowledgement_has_a_
     assert not [
         m for s in STACK_NAMES for e in committed.metadata(s).values() for m in e if m["type"] == "aws:cdk:error"
     ]
+
+
+@pytest.mark.parametrize("option_set", sorted(OPTION_SETS))
+def test_no_option_set_synthesizes_with_an_unacknowledged_warning(whole_apps, option_set):
+    """What `cdk synth` and `cdk deploy` would print a user as a WARNING (a dashboard's metric period overridden, a
+    deprecated property): none, in any stack of any option set; an acknowledged one is no longer a warning."""
+    synthesized = whole_apps[option_set]
+    warnings = [
+        f"{stack}{path}: {m['data']}"
+        for stack in synthesized.stacks
+        for path, entries in synthesized.metadata(stack).items()
+        for m in entries
+        if m["type"] == "aws:cdk:warning"
+    ]
+    assert warnings == []
 
 
 @pytest.mark.scan

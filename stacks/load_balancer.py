@@ -17,6 +17,24 @@ MAX_IDLE_TIMEOUT_S = 4000  # ALB idle_timeout: 1-4000 seconds (ELBv2 API Referen
 MAX_DEREGISTRATION_DELAY_S = 3600  # target group deregistration_delay: 0-3600 seconds
 
 
+MODEL_HEADER = "X-Gateway-Model-Name"  # gguf_serve/container/hop/models.py forwards with it; the rules match it
+ROUTE_PORT = 8000  # the shared load balancer's listener for the hops' forwards (inside the VPC, nodes only)
+MODEL_NAMES_PER_RULE = 5  # ELB: condition values per rule (ELB User Guide for ALBs, "Quotas", docs.amazonaws.cn)
+
+
+def _serving_group(settings: LoadBalancerSettings) -> dict:
+    """A fleet's target group: HTTP (stated: CDK infers it for 80/443/8080 only, not a NodePort), the profile's
+    deregistration delay, and /health (503 while the model loads, no API key needed; only 200 is healthy)."""
+    return {
+        "protocol": elbv2.ApplicationProtocol.HTTP,
+        "deregistration_delay": Duration.seconds(settings.deregistration_delay_s),
+        "health_check": elbv2.HealthCheck(
+            path="/health", healthy_http_codes="200", interval=Duration.seconds(15), timeout=Duration.seconds(5),
+            healthy_threshold_count=2, unhealthy_threshold_count=3,
+        ),
+    }  # fmt: skip
+
+
 class InferenceLoadBalancer(Construct):
     """Internal only (a public ALB in China needs an ICP filing); HTTPS when a certificate is given.
 
@@ -78,22 +96,64 @@ class InferenceLoadBalancer(Construct):
             )
         else:
             self.listener = self.alb.add_listener("Http", port=80, protocol=elbv2.ApplicationProtocol.HTTP, open=False)
-        self.target_group = self.listener.add_targets(
-            "Servers",
-            port=target_port,
-            protocol=elbv2.ApplicationProtocol.HTTP,  # stated: CDK infers it for 80/443/8080 only (a NodePort)
-            targets=targets,
-            deregistration_delay=Duration.seconds(settings.deregistration_delay_s),
-            # /health answers 503 while the model loads and needs no API key; only 200 is healthy.
-            health_check=elbv2.HealthCheck(
-                path="/health",
-                healthy_http_codes="200",
-                interval=Duration.seconds(15),
-                timeout=Duration.seconds(5),
-                healthy_threshold_count=2,
-                unhealthy_threshold_count=3,
+        self.settings, self.vpc = settings, vpc
+        self.target_group = self.listener.add_targets("Servers", port=target_port, targets=targets,
+                                                      **_serving_group(settings))  # fmt: skip
+        self.routes: elbv2.ApplicationListener | None = None
+
+    def share(self, forwarders: ec2.IConnectable) -> None:
+        """Make this load balancer the endpoint of several fleets; `target_group` (this one's first) stays the
+        default, where a client that names its model in the body only lands and its hop forwards what another fleet
+        serves. The hops forward on `routes` (HTTP, ROUTE_PORT), open to `forwarders` only (the nodes): the same
+        header rules as the main listener (route_models), and 404 for a name no fleet serves."""
+        self.routes = self.alb.add_listener(
+            "Routes", port=ROUTE_PORT, protocol=elbv2.ApplicationProtocol.HTTP, open=False,
+            default_action=elbv2.ListenerAction.fixed_response(
+                404, content_type="application/json",
+                message_body='{"error":{"code":"model_not_found","message":"no fleet serves that model here"}}',
             ),
-        )
+        )  # fmt: skip
+        self.security_group.connections.allow_from(forwarders, ec2.Port.tcp(ROUTE_PORT), "hops' forwards")
+
+    def add_fleet(self, scope: Construct, construct_id: str, *, port: int) -> elbv2.ApplicationTargetGroup:
+        """Another fleet behind this shared load balancer: its own target group on `port` (instance targets, the
+        same health check and deregistration delay); route_models says which names reach it."""
+        if self.routes is None:
+            raise PropsError("load balancer: share() it before adding another fleet")
+        return elbv2.ApplicationTargetGroup(
+            scope, construct_id, vpc=self.vpc, port=port, target_type=elbv2.TargetType.INSTANCE,
+            **_serving_group(self.settings),
+        )  # fmt: skip
+
+    def route_models(self, fleets: dict[str, list[elbv2.IApplicationTargetGroup]]) -> None:
+        """Model name -> the fleets that serve it: one rule per set of fleets on both listeners, matching the
+        X-Gateway-Model-Name header, forwarding to that fleet (or, for a model several fleets serve, to each with
+        equal weight). ELB: at most 5 condition values per rule (ELB User Guide for ALBs, "Quotas"), so a set's names
+        go in rules of at most that many."""
+        if self.routes is None:
+            raise PropsError("load balancer: share() it before routing models")
+        by_fleets: dict[tuple[int, ...], tuple[list[str], list[elbv2.IApplicationTargetGroup]]] = {}
+        for name, groups in fleets.items():
+            key = tuple(id(g) for g in groups)
+            by_fleets.setdefault(key, ([], groups))[0].append(name)
+        priority = 10
+        for index, (names, groups) in enumerate(by_fleets.values()):
+            weighted = [elbv2.WeightedTargetGroup(target_group=g, weight=1) for g in groups]
+            action = (
+                elbv2.ListenerAction.forward(groups)
+                if len(groups) == 1
+                else elbv2.ListenerAction.weighted_forward(weighted)
+            )
+            for i in range(0, len(names), MODEL_NAMES_PER_RULE):
+                condition = elbv2.ListenerCondition.http_header(MODEL_HEADER, names[i : i + MODEL_NAMES_PER_RULE])
+                for listener, tag in ((self.listener, "Named"), (self.routes, "Routed")):
+                    listener.add_action(f"{tag}{index}x{i}", priority=priority, conditions=[condition], action=action)
+                priority += 1
+
+    @property
+    def route_url(self) -> str:
+        """Where the hops forward a request for another fleet's model (HTTP inside the VPC)."""
+        return f"http://{self.alb.load_balancer_dns_name}:{ROUTE_PORT}"
 
     @property
     def url(self) -> str:

@@ -40,6 +40,8 @@ class WorkloadDeploy:
     service_account: str  # the serving pods' (IRSA: S3 cache, the secret, their node in the target group)
     node_port: int
     target_group_arn: str = ""  # the profile's: the hop's hooks put its node in and take it out before the drain
+    # (model name, URL) of the models other profiles serve behind the shared load balancer: the hop forwards there
+    routes: tuple[tuple[str, str], ...] = ()
 
 
 def labels(w: ServingWorkload) -> dict[str, str]:
@@ -186,6 +188,7 @@ def _hop(w: ServingWorkload, d: WorkloadDeploy) -> dict[str, Any]:
     hop += ["--upstream", f"http://127.0.0.1:{names.UPSTREAM_PORT}", "--spec", names.RUNTIME_SPEC_PATH]
     hop += ["--gpu-metrics", "off", "--drain-deadline", str(w.drain_deadline_s), "--pod-drain", DRAIN_FILE]
     hop += ["--api-key-env-file", KEY_FILE]  # the key its init container wrote: keyless requests get 401 at the head
+    hop += [a for name, url in d.routes for a in ("--route", f"{name}={url}")]  # another profile's model: onward
     prestop = ["python3", "-m", "gguf_serve.container.hop.pod", "prestop", "--report", DRAIN_FILE]
     prestop += ["--wait", str(w.drain_deadline_s + 10)]
     hooks: dict[str, Any] = {"preStop": {"exec": {"command": prestop}}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from aws_cdk import Annotations, Aspects, CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -83,11 +84,21 @@ class EksServingStack(Stack):
         self.control_image = images[control.name]  # every scaler's, on the system nodes of its architecture
         # What a scaler may change in a pod, enforced by the API server before any scaler runs (scaler_guard.py)
         self.scaler_guard = self.serving.cluster.add_manifest("ScalerGuard", *scaler_guard_objects())
-        self.load_balancers: dict[str, InferenceLoadBalancer] = {}
+        # One endpoint for every profile (docs/eks.md, "One endpoint"): the first profile's load balancer, shared.
+        self.names = {p.name: p.runtime().model.served_names for p in profiles}
+        self.load_balancer = self._shared_load_balancer(plans[0], network.vpc, certificate_arn)
+        self.target_groups: dict[str, elbv2.IApplicationTargetGroup] = {}
         for i, plan in enumerate(plans):
             name = plan.profile.name if plan.profile else ""
-            self._serve(Construct(self, name), plan, workloads[name], images[plan.image.name], i, network.vpc,
-                        certificate_arn)  # fmt: skip
+            self._serve(Construct(self, name), plan, workloads[name], images[plan.image.name], i)
+        fleets: dict[str, list[elbv2.IApplicationTargetGroup]] = {}
+        for profile_name, names in self.names.items():
+            for model in names:
+                fleets.setdefault(model, []).append(self.target_groups[profile_name])
+        self.load_balancer.route_models(fleets)
+        CfnOutput(self, "EndpointUrl", value=f"{self.load_balancer.url}/v1",
+                  description="every profile's model: OpenAI-compatible URL (VPC); name the model in the body, or "
+                  "send X-Gateway-Model-Name to skip a forward")  # fmt: skip
         self._acknowledge()
 
     def _serve(
@@ -97,8 +108,6 @@ class EksServingStack(Stack):
         w: ServingWorkload,
         image: ImageBuild,
         index: int,
-        vpc: ec2.IVpc,
-        certificate_arn: str | None,
     ) -> None:
         cluster = self.serving.cluster
         profile, f = plan.profile, plan.fleet
@@ -123,20 +132,24 @@ class EksServingStack(Stack):
             )
         )
         port = node_port(index)
-        lb = self._load_balancer(scope, plan, nodes, port, vpc, certificate_arn)
+        group = self._target_group(scope, profile.name, nodes, port, index)
         # The hop's hooks take its node out of the target group before the drain and put it back at a start
         # (gguf_serve/container/kube/targets.py): that target group only, and DescribeInstances to find the node.
         pods.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"],
-                resources=[lb.target_group.target_group_arn],
+                resources=[group.target_group_arn],
             )
         )
+        # A request naming another profile's model goes on to the shared load balancer's rule for it.
+        own = self.names[profile.name]  # a model this profile serves too is served here, never forwarded
+        routes = tuple(dict.fromkeys((n, self.load_balancer.route_url) for other, names in self.names.items()
+                                     if other != profile.name for n in names if n not in own))  # fmt: skip
         pods.add_to_principal_policy(iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"]))
         deploy = WorkloadDeploy(
             image=image.image_uri, architecture=kube_arch(image.target.architecture), region=self.region,
             api_key_secret_arn=self.api_key.secret.secret_arn, model_cache_url=self.cache.s3_url,
-            service_account=w.name, node_port=port, target_group_arn=lb.target_group.target_group_arn,
+            service_account=w.name, node_port=port, target_group_arn=group.target_group_arn, routes=routes,
         )  # fmt: skip
         workload = cluster.add_manifest(f"{profile.name}-workload", *serving_objects(w, deploy))
         workload.node.add_dependency(pods, image.build, self.serving.namespace)
@@ -158,35 +171,49 @@ class EksServingStack(Stack):
         cluster.add_manifest(f"{profile.name}-scaler", *scaler_objects(w, scaler_deploy)).node.add_dependency(
             scaler, workload, control.build, self.scaler_guard
         )
-        self.load_balancers[profile.name] = lb
-        CfnOutput(
-            scope, "EndpointUrl", value=f"{lb.url}/v1", description=f"{profile.name}: OpenAI-compatible URL (VPC)"
-        )
+        CfnOutput(scope, "ModelNames", value=", ".join(self.names[profile.name]),
+                  description=f"{profile.name}: the model names its pods answer to at the shared endpoint")  # fmt: skip
 
-    def _load_balancer(
-        self, scope: Construct, plan: ServicePlan, nodes: ServingNodes, port: int, vpc: ec2.IVpc,
-        certificate_arn: str | None,
+    def _shared_load_balancer(
+        self, plan: ServicePlan, vpc: ec2.IVpc, certificate_arn: str | None
     ) -> InferenceLoadBalancer:  # fmt: skip
-        """The EC2 stacks' internal ALB construct on the profile's NodePort, both node groups' nodes attached."""
-        cluster, f = self.serving.cluster, plan.fleet
+        """The EC2 stacks' internal ALB construct, shared: the first profile's target group is its default (a client
+        naming the model in the body only lands there, and that hop forwards what another profile serves), each
+        profile's reached directly by the X-Gateway-Model-Name header; the hops forward on its route listener."""
+        f = plan.fleet
+        assert plan.profile is not None
         lb = InferenceLoadBalancer(
-            scope, "LoadBalancer", vpc=vpc, vpc_cidr=f.network.vpc_cidr, access_logs=self.access_logs.bucket,
-            targets=[], target_port=port, settings=f.load_balancer, allowed_cidrs=plan.options.allowed_cidrs,
+            self, "LoadBalancer", vpc=vpc, vpc_cidr=f.network.vpc_cidr, access_logs=self.access_logs.bucket,
+            targets=[], target_port=node_port(0), settings=f.load_balancer, allowed_cidrs=plan.options.allowed_cidrs,
             certificate_arn=certificate_arn,
         )  # fmt: skip
-        # The node group's nodes are attached at deploy (stacks/eks/targets.py): instance targets, on the NodePort.
+        # The node groups' nodes are attached at deploy (stacks/eks/targets.py): instance targets, on the NodePort.
         lb.target_group.node.default_child.add_property_override("TargetType", "instance")  # type: ignore[union-attr]
         Annotations.of(lb.target_group).acknowledge_warning(
             "@aws-cdk/aws-elbv2:targetGroupSpecifyTargetTypeForEmptyTargetGroup", "TargetType set to instance above"
         )
-        lb.security_group.connections.allow_to(cluster.cluster_security_group, ec2.Port.tcp(port), "NodePort")
-        for group in nodes.groups:  # the Spot group's and the On-Demand floor's nodes alike
-            suffix = "" if group is nodes.groups[0] else "Spot"
-            NodegroupTargets(
-                scope, f"Targets{suffix}", cluster_name=cluster.cluster_name, nodegroup=group,
-                target_group=lb.target_group,
-            )  # fmt: skip
+        lb.share(self.serving.cluster.cluster_security_group)
         return lb
+
+    def _target_group(
+        self, scope: Construct, name: str, nodes: ServingNodes, port: int, index: int
+    ) -> elbv2.IApplicationTargetGroup:  # fmt: skip
+        """The profile's target group on its NodePort (the shared load balancer's default for the first profile),
+        both node groups' nodes attached."""
+        cluster, lb = self.serving.cluster, self.load_balancer
+        if index == 0:
+            group: elbv2.IApplicationTargetGroup = lb.target_group
+        else:
+            group = lb.add_fleet(scope, "TargetGroup", port=port)
+        lb.security_group.connections.allow_to(cluster.cluster_security_group, ec2.Port.tcp(port), "NodePort")
+        for nodegroup in nodes.groups:  # the Spot group's and the On-Demand floor's nodes alike
+            suffix = "" if nodegroup is nodes.groups[0] else "Spot"
+            NodegroupTargets(
+                scope, f"Targets{suffix}", cluster_name=cluster.cluster_name, nodegroup=nodegroup,
+                target_group=group,
+            )  # fmt: skip
+        self.target_groups[name] = group
+        return group
 
     def _account(self, scope: Construct, construct_id: str, name: str) -> eks.ServiceAccount:
         """A service account in the serving namespace with its own IAM role (IRSA: Pod Identity is not offered in

@@ -13,8 +13,8 @@ from stacks.app import build_app
 from stacks.lambda_runtimes import CHINA_DOCUMENTED, PYTHON
 from stacks.options import DeployOptionError
 from tests.conftest import ROOT, cdk_context
-from tests.whole_app import OPTION_SETS
 from tests.stacks.conftest import STACK_NAMES
+from tests.whole_app import OPTION_SETS
 
 
 def _strings(node, path=()):

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from stacks.eks.workload import FIRST_NODE_PORT, PROFILE_LABEL
+from stacks.load_balancer import MODEL_HEADER, ROUTE_PORT
 from tests.conftest import ROOT
 from tests.stacks.eks.conftest import ADMIN, PROFILES, flat, kube_objects, resources
+
+LISTENER = "AWS::ElasticLoadBalancingV2::Listener"
 
 
 def test_the_cluster_is_private_logs_everything_and_encrypts_secrets(eks_template):
@@ -49,23 +52,75 @@ def test_one_bottlerocket_node_group_per_profile_labelled_and_tainted_for_its_po
     assert all(d["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True for d in data)
 
 
-def test_each_profile_has_an_internal_alb_on_its_node_port_for_the_allowed_network_with_tls(eks_template):
-    albs = resources(eks_template, "AWS::ElasticLoadBalancingV2::LoadBalancer").values()
-    assert len(albs) == len(PROFILES) and all(a["Scheme"] == "internal" for a in albs)
-    groups = resources(eks_template, "AWS::ElasticLoadBalancingV2::TargetGroup").values()
-    assert sorted(g["Port"] for g in groups) == [FIRST_NODE_PORT + i for i in range(len(PROFILES))]
-    assert all(g["TargetType"] == "instance" and g["HealthCheckPath"] == "/health" for g in groups)
-    listeners = resources(eks_template, "AWS::ElasticLoadBalancingV2::Listener").values()
-    assert all(listener["Protocol"] == "HTTPS" and listener["Port"] == 443 for listener in listeners)
-    ingress = [
-        rule
-        for sg in resources(eks_template, "AWS::EC2::SecurityGroup").values()
-        if "ALB" in sg.get("GroupDescription", "")
-        for rule in sg.get("SecurityGroupIngress", [])
-    ]
-    assert {r["CidrIp"] for r in ingress} == {"10.8.0.0/16"}
+def test_one_internal_alb_for_every_profile_each_on_its_node_port_for_the_allowed_network_with_tls(eks_template):
+    [alb] = resources(eks_template, "AWS::ElasticLoadBalancingV2::LoadBalancer").values()
+    assert alb["Scheme"] == "internal"
+    groups = resources(eks_template, "AWS::ElasticLoadBalancingV2::TargetGroup")
+    assert sorted(g["Port"] for g in groups.values()) == [FIRST_NODE_PORT + i for i in range(len(PROFILES))]
+    assert all(g["TargetType"] == "instance" and g["HealthCheckPath"] == "/health" for g in groups.values())
+    listeners = {(v["Protocol"], v["Port"]): v for v in resources(eks_template, LISTENER).values()}
+    assert set(listeners) == {("HTTPS", 443), ("HTTP", ROUTE_PORT)}
+    # A client naming the model in the body only lands on the first profile's pods (its hop forwards the rest)
+    [default] = listeners[("HTTPS", 443)]["DefaultActions"]
+    assert groups[default["TargetGroupArn"]["Ref"]]["Port"] == FIRST_NODE_PORT
+    # The route listener: a name no fleet serves is OpenAI's 404, never a fleet's work
+    [unrouted] = listeners[("HTTP", ROUTE_PORT)]["DefaultActions"]
+    assert unrouted["FixedResponseConfig"]["StatusCode"] == "404"
+    assert json.loads(unrouted["FixedResponseConfig"]["MessageBody"])["error"]["code"] == "model_not_found"
+    [sg] = [sg for sg in resources(eks_template, "AWS::EC2::SecurityGroup").values() if "ALB" in sg["GroupDescription"]]
+    assert [(r["CidrIp"], r["FromPort"]) for r in sg["SecurityGroupIngress"]] == [("10.8.0.0/16", 443)]
+    rules = resources(eks_template, "AWS::EC2::SecurityGroupIngress").values()
+    ingress = [i for i in rules if i["FromPort"] == ROUTE_PORT]
+    # the forwards come from the nodes only (the cluster security group), no address range
+    assert [flat(i["SourceSecurityGroupId"]) for i in ingress] == ["<ClusterC2E21B66.ClusterSecurityGroupId>"]
+    assert all("CidrIp" not in i for i in ingress)
     attachments = resources(eks_template, "Custom::NodegroupTargets").values()
     assert len(attachments) == len(PROFILES)
+
+
+def _served(template) -> dict[str, set[str]]:
+    """Model name -> the profiles whose pods answer to it (each profile's ModelNames output)."""
+    out: dict[str, set[str]] = {}
+    for key, output in template["Outputs"].items():
+        if "ModelNames" in key:
+            profile = output["Description"].split(":")[0]
+            for name in output["Value"].split(", "):
+                out.setdefault(name, set()).add(profile)
+    return out
+
+
+def test_each_model_name_reaches_exactly_the_profiles_that_serve_it_on_both_listeners(eks_template):
+    served = _served(eks_template)
+    assert served["Qwen3.6-35B-A3B"] == {"graviton-moe", "intel-moe"} and served["Qwen3.6-27B"] == {"gpu-mtp"}
+    port_of = {FIRST_NODE_PORT + i: p for i, p in enumerate(PROFILES)}
+    groups = resources(eks_template, "AWS::ElasticLoadBalancingV2::TargetGroup")
+    listeners = resources(eks_template, LISTENER)
+    routed: dict[str, dict[str, set[str]]] = {name: {} for name in listeners}
+    for rule in resources(eks_template, "AWS::ElasticLoadBalancingV2::ListenerRule").values():
+        [condition] = rule["Conditions"]
+        assert condition["HttpHeaderConfig"]["HttpHeaderName"] == MODEL_HEADER
+        assert len(condition["HttpHeaderConfig"]["Values"]) <= 5  # ELB: condition values per rule
+        [action] = rule["Actions"]
+        refs = ([g["TargetGroupArn"]["Ref"] for g in action["ForwardConfig"]["TargetGroups"]]
+                if "ForwardConfig" in action else [action["TargetGroupArn"]["Ref"]])  # fmt: skip
+        if "ForwardConfig" in action:  # a model two fleets serve: each gets an equal share
+            assert {g["Weight"] for g in action["ForwardConfig"]["TargetGroups"]} == {1}
+        for name in condition["HttpHeaderConfig"]["Values"]:
+            target = routed[rule["ListenerArn"]["Ref"]]
+            assert name not in target, f"{name} routed twice"
+            target[name] = {port_of[groups[r]["Port"]] for r in refs}
+    assert list(routed.values()) == [served, served]
+
+
+def test_each_hop_forwards_the_other_profiles_models_to_the_route_listener_and_serves_its_own(eks_template):
+    served = _served(eks_template)
+    deployments = {o["metadata"]["name"]: o for o in kube_objects(eks_template) if o["kind"] == "Deployment"}
+    for profile in PROFILES:
+        [hop] = [c for c in _containers(deployments[profile]) if c["name"] == "hop"]
+        argv = [*hop.get("command", []), *hop.get("args", [])]
+        routes = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--route")
+        assert set(routes) == {name for name, profiles in served.items() if profile not in profiles}, profile
+        assert set(routes.values()) == {f"http://<LoadBalancerAlb240B1141.DNSName>:{ROUTE_PORT}"}
 
 
 def test_pods_get_aws_access_through_irsa_and_the_scaler_only_its_groups(eks_template):

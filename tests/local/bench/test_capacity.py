@@ -134,12 +134,19 @@ def test_429s_are_counted_and_end_the_curve(tmp_path: Path) -> None:
     assert (tmp_path / "c.png").stat().st_size > 5_000
 
 
+# Ctrl-C as a terminal delivers it: SIGINT at its default in the child, so Python raises KeyboardInterrupt. A test
+# run started in the background by a shell without job control (`.ci/run &`, nohup) inherits SIGINT ignored, and
+# Python keeps an ignored SIGINT ignored: the run then went on to its end (CI failed on it once, 9.8 s).
+AT_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                 "os.execv(sys.argv[1], sys.argv[1:])"]  # fmt: skip
+
+
 def test_ctrl_c_keeps_the_finished_steps_and_the_rerun_measures_the_rest(tmp_path: Path) -> None:
     out = tmp_path / "cap.json"
     # 1 stream: a quick answer; 2 streams: answers that take 10 s, cut by Ctrl-C; the rerun's are quick again.
     with HostileServer(["ok", "slow-stream", "slow-stream", "ok"]) as server:
-        proc = subprocess.Popen(capacity_cmd(server.url, out, "--streams", "1,2"), cwd=ROOT, env=ENV,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen([*AT_A_TERMINAL, *capacity_cmd(server.url, out, "--streams", "1,2")], cwd=ROOT,
+                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         deadline = time.monotonic() + 60
         while len(server.served) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)

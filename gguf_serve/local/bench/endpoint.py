@@ -63,22 +63,31 @@ def make_client(endpoint: str, api_key: str, *, timeout: float = REQUEST_TIMEOUT
     return OpenAI(base_url=openai_base_url(endpoint), api_key=api_key, timeout=timeout, max_retries=0)
 
 
-def served_model(client: Any) -> str:
-    """The model id the server announces (llama-server answers with its --alias)."""
+def served_model(client: Any, wanted: str | None = None) -> str:
+    """The model id to request: the one the endpoint announces (llama-server answers with its --alias), or, where it
+    lists several (a shared endpoint: gguf_serve/container/hop/models.py), the one named `wanted` (the profile's
+    catalog model, any case; without one, the first)."""
     from openai import APIConnectionError, APIStatusError
 
     try:
         models = client.models.list().data
-        first = models[0].id if isinstance(models, list) and models else None
+        ids = [m.id for m in models] if isinstance(models, list) else []
     except (APIConnectionError, APIStatusError):
         raise
     except Exception as e:  # noqa: BLE001 - HTML, a bare list, odd JSON: the client raises all sorts
         raise ValueError(
             f"the endpoint's /v1/models answer is not a model list ({type(e).__name__}); pass --model"
         ) from None
-    if not isinstance(first, str) or not first:
+    if not ids or not all(isinstance(i, str) and i for i in ids):
         raise ValueError("the endpoint lists no model id at /v1/models; pass --model")
-    return first
+    if len(ids) == 1 or wanted is None:
+        return ids[0]  # a hop lists its own model's names first
+    chosen = [i for i in ids if i.lower() == wanted.lower()]
+    if chosen:
+        return chosen[0]
+    raise ValueError(
+        f"the endpoint serves several models, {', '.join(ids)}, not the profile's {wanted}; pass --model with one"
+    )
 
 
 @dataclass(frozen=True)

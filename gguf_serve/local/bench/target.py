@@ -34,7 +34,10 @@ def add_target(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_PROFILE,
         help=f"catalog profile this endpoint serves, for labelling (default {DEFAULT_PROFILE})",
     )
-    p.add_argument("--model", help="model id to request (default: the first one the endpoint lists)")
+    p.add_argument(
+        "--model",
+        help="model id to request (default: the one the endpoint lists; at a shared endpoint, the profile's model)",
+    )
     p.add_argument("--timeout", type=float, default=method.REQUEST_TIMEOUT_S, help="seconds per request")
 
 
@@ -55,7 +58,7 @@ def connect(a: argparse.Namespace, catalog: Any, log: runner.Log) -> tuple[Label
         key = resolve_api_key(api_key=a.api_key, secret_id=a.api_key_secret, region=a.region)
         client = make_client(a.endpoint, key, timeout=a.timeout)
     try:
-        served = a.model or served_model(client)
+        served = a.model or served_model(client, label.model)
     except APIConnectionError as exc:
         raise OSError(f"cannot reach {a.endpoint}: {exc}") from exc
     return label, client, served

@@ -45,6 +45,7 @@ class HostileServer:
             ).encode()
         )
         self.served: list[str] = []
+        self.asked: list[str] = []  # each chat request's model
         self.lock = threading.Lock()
         server = self
 
@@ -66,6 +67,7 @@ class HostileServer:
                 with server.lock:
                     what = server.script[min(len(server.served), len(server.script) - 1)]
                     server.served.append(what)
+                    server.asked.append(body.get("model"))
                 stream = bool(body.get("stream"))
                 if what == "500":
                     return self._send(500, b'{"error": {"message": "boom", "code": 500}}', "application/json")

@@ -103,3 +103,30 @@ def test_an_odd_results_file_is_one_line(body: str, tmp_path: Path) -> None:
         p = bench(*command, str(tmp_path / "r.json"))
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
         assert p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
+
+
+SHARED = json.dumps({"object": "list", "data": [
+    {"id": "Qwen3.6-35B-A3B", "object": "model"}, {"id": "qwen3.6-35b-a3b", "object": "model"},
+    {"id": "Qwen3.6-27B", "object": "model"},
+]}).encode()  # fmt: skip  # a shared endpoint's list: the hop's own names, then the routed ones
+
+
+@pytest.mark.parametrize(("profile", "model"), [("gpu-mtp", "Qwen3.6-27B"), ("graviton-moe", "Qwen3.6-35B-A3B")])
+def test_at_a_shared_endpoint_the_profile_picks_its_model(profile: str, model: str, tmp_path: Path) -> None:
+    """Several models behind one URL: the run requests the profile's own model, whichever the list names first."""
+    with HostileServer(["ok"], models=SHARED) as server:
+        p = run(server.url, tmp_path / "r.json", "--repetitions", "1", "--profile", profile)
+    assert p.returncode == 0, p.stderr
+    assert set(server.asked) == {model}
+    assert json.loads((tmp_path / "r.json").read_text())["served_model"] == model
+
+
+def test_at_a_shared_endpoint_a_profile_it_does_not_serve_is_refused_before_any_request(tmp_path: Path) -> None:
+    moe_only = json.dumps({"object": "list", "data": json.loads(SHARED)["data"][:2]}).encode()
+    with HostileServer(["ok"], models=moe_only) as server:
+        p = run(server.url, tmp_path / "r.json", "--repetitions", "1", "--profile", "gpu-mtp")
+        assert server.served == []
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert "serves several models, Qwen3.6-35B-A3B, qwen3.6-35b-a3b, not the profile's Qwen3.6-27B" in last
+    assert "pass --model" in last

@@ -71,7 +71,7 @@ class FaultyRelay:
                         fault = self.faults.pop(0) if self.faults else ""
                     pending.append(fault)
                 server.sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: select() on the client the fault closed (its fd is -1 now)
             pass
 
     def _down(self, client: socket.socket, server: socket.socket, pending: list[str]) -> None:

@@ -49,7 +49,8 @@ def acknowledge_pod_roles(scope: Construct, *, cache_objects: str, groups: str) 
         "Model files under the cache prefix (names come from the profile); the node group's Auto Scaling group, named "
         "by EKS at deploy (eks-<node group>-<uuid>), by that pattern; DescribeAutoScalingGroups and DescribeInstances "
         "(a pod finds its node's instance id) have no resource-level permission (Service Authorization Reference, "
-        "Amazon EC2 Auto Scaling, Amazon EC2).",
+        "Amazon EC2 Auto Scaling, Amazon EC2); PutMetricData has none either and is limited to our namespace by "
+        "condition.",
         findings=[f"Resource::{cache_objects}", f"Resource::{groups}", "Resource::*"],
     )
 

@@ -1,8 +1,9 @@
 """The scaler of one serving profile as Kubernetes objects: its RBAC and its Deployment (on the system nodes).
 
 It reads the serving pods and their hop's /metrics, sets the Deployment's scale and a pod's deletion cost, lists the
-node group's nodes (gguf_serve/container/kube/scaler.py). Its AWS calls (the node group's Auto Scaling group) go
-through its own IAM role (stacks/eks/stack.py).
+node group's nodes (gguf_serve/container/kube/scaler.py), and publishes the profile's usage for the live cost
+(gguf_serve/container/kube/usage.py). Its AWS calls (the node group's Auto Scaling group, PutMetricData) go through
+its own IAM role (stacks/eks/stack.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class ScalerDeploy:
     cluster: str
     nodegroup: str  # the group the scaler sizes (on Spot: the Spot group)
     fixed_nodes: int = 0  # nodes of the profile outside that group (on Spot: the On-Demand floor)
+    usage_profile: str = ""  # EksProfile dimension of what it publishes for the live cost (none: nothing published)
 
 
 def scaler_name(w: ServingWorkload) -> str:
@@ -81,6 +83,7 @@ def _deployment(w: ServingWorkload, d: ScalerDeploy, selector: dict[str, str]) -
     scale += ["--key-file", KEY_FILE, "--cluster", d.cluster, "--nodegroup", d.nodegroup, "--region", d.region]
     scale += ["--fixed-nodes", str(d.fixed_nodes)] if d.fixed_nodes else []
     scale += ["--profile-nodes", f"{PROFILE_LABEL}={w.name}"]  # a pod on a cordoned node is replaced first
+    scale += ["--usage-profile", d.usage_profile] if d.usage_profile else []  # its nodes, tokens, busy slots
     hardened = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
     env = region_env(d.region) + [{"name": "HOME", "value": POD_TMP}]
     mounts = [{"name": "run", "mountPath": RUN_VOLUME}, {"name": "tmp", "mountPath": POD_TMP}]

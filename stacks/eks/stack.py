@@ -17,18 +17,21 @@ from constructs import Construct
 
 from gguf_serve.catalog import ServingProfile
 from gguf_serve.catalog.images import DEFAULT_ARM64_BUILDER, DEFAULT_DEBIAN_MIRRORS
+from gguf_serve.container.metrics import names as metric_names
 from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements
 from stacks.eks.acknowledgements import acknowledge_cluster, acknowledge_pod_roles, nag_text
 from stacks.eks.cluster import ServingCluster, control_target, kube_arch
 from stacks.eks.manifests import WorkloadDeploy, serving_objects
+from stacks.eks.monitoring import EksCostDashboard, ProfileCost
 from stacks.eks.nodes import ServingNodes
 from stacks.eks.scaler_guard import scaler_guard_objects
 from stacks.eks.scaler_objects import ScalerDeploy, scaler_name, scaler_objects
 from stacks.eks.targets import NodegroupTargets, managed_groups_arn
 from stacks.eks.workload import NAMESPACE, ServingWorkload, node_port
 from stacks.errors import PropsError
+from stacks.fleet_cost import cost_basis
 from stacks.image_build import ImageBuild
 from stacks.load_balancer import InferenceLoadBalancer
 from stacks.model_cache import ModelCache
@@ -88,6 +91,7 @@ class EksServingStack(Stack):
         self.names = {p.name: p.runtime().model.served_names for p in profiles}
         self.load_balancer = self._shared_load_balancer(plans[0], network.vpc, certificate_arn)
         self.target_groups: dict[str, elbv2.IApplicationTargetGroup] = {}
+        self.costs: list[ProfileCost] = []  # each profile's live cost (its scaler publishes the usage)
         for i, plan in enumerate(plans):
             name = plan.profile.name if plan.profile else ""
             self._serve(Construct(self, name), plan, workloads[name], images[plan.image.name], i)
@@ -96,6 +100,7 @@ class EksServingStack(Stack):
             for model in names:
                 fleets.setdefault(model, []).append(self.target_groups[profile_name])
         self.load_balancer.route_models(fleets)
+        self.monitoring = EksCostDashboard(self, "Monitoring", name=self.stack_name, profiles=self.costs)
         CfnOutput(self, "EndpointUrl", value=f"{self.load_balancer.url}/v1",
                   description="every profile's model: OpenAI-compatible URL (VPC); name the model in the body, or "
                   "send X-Gateway-Model-Name to skip a forward")  # fmt: skip
@@ -156,6 +161,16 @@ class EksServingStack(Stack):
         scaler = self._account(scope, "ScalerRole", scaler_name(w))
         self.api_key.secret.grant_read(scaler)
         self._allow_scaling(scaler, nodes.nodegroup)
+        usage_profile = f"{self.stack_name}/{profile.name}"
+        scaler.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],  # no resource-level permission (Service Authorization Reference, CloudWatch)
+                conditions={"StringEquals": {"cloudwatch:namespace": metric_names.NAMESPACE}},
+            )
+        )
+        self.costs.append(ProfileCost(profile.name, usage_profile, cost_basis(profile, plan.hardware, spot=plan.spot),
+                                      f.alarms.cost_multiple))  # fmt: skip
         acknowledge_pod_roles(
             scope,
             cache_objects=nag_text(self, objects),
@@ -167,6 +182,7 @@ class EksServingStack(Stack):
             api_key_secret_arn=self.api_key.secret.secret_arn, service_account=scaler_name(w),
             cluster=cluster.cluster_name, nodegroup=nodes.nodegroup.nodegroup_name,
             fixed_nodes=0 if nodes.floor is None else w.min_replicas,  # the On-Demand floor, outside the scaled group
+            usage_profile=usage_profile,
         )  # fmt: skip
         cluster.add_manifest(f"{profile.name}-scaler", *scaler_objects(w, scaler_deploy)).node.add_dependency(
             scaler, workload, control.build, self.scaler_guard

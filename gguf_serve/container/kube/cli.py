@@ -76,12 +76,23 @@ def _scale(args: argparse.Namespace) -> int:
             return clients.setdefault(service, boto3.client(service, region_name=args.region))
 
         nodes = NodeGroup(args.cluster, args.nodegroup, client)
+    usage = None
+    if args.usage_profile and not args.profile_nodes:
+        print("gguf-serve-scaler: --usage-profile needs --profile-nodes (the nodes it counts)", file=sys.stderr)
+        return 2
+    if args.usage_profile:
+        import boto3
+
+        from gguf_serve.container.kube.usage import FleetUsage
+
+        cloudwatch = boto3.client("cloudwatch", region_name=args.region)
+        usage = FleetUsage(cloudwatch.put_metric_data, args.usage_profile, args.slots, interval_s=args.usage_interval)
     key_file: Path | None = args.key_file
     scaler = Scaler(
         api=api, namespace=args.namespace, deployment=args.deployment, selector=args.selector, policy=policy,
         api_key=lambda: read_api_key(key_file) if key_file else None, port=args.port, nodes=nodes,
         node_selector=f"eks.amazonaws.com/nodegroup={args.nodegroup}", fixed_nodes=args.fixed_nodes,
-        profile_nodes=args.profile_nodes,
+        profile_nodes=args.profile_nodes, usage=usage,
     )  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -134,6 +145,12 @@ def parser() -> argparse.ArgumentParser:
         "--fixed-nodes", type=int, default=0,
         help="the profile's nodes outside --nodegroup, always there (an On-Demand floor beside a Spot group)",
     )  # fmt: skip
+    c.add_argument(
+        "--usage-profile", metavar="STACK/PROFILE",
+        help="publish the profile's nodes, output tokens and busy slots to CloudWatch under this EksProfile (with "
+        "--profile-nodes): what its tokens cost, live",
+    )  # fmt: skip
+    c.add_argument("--usage-interval", type=float, default=60.0, help="seconds between publications (default 60)")
     c.add_argument("--region")
     c.add_argument("--api-server", help="API server URL without TLS or token (tests); default: in-cluster")
     c.set_defaults(func=_scale)

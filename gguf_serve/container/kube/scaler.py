@@ -31,6 +31,7 @@ from typing import Any
 
 from gguf_serve.container.hop import names as hop_names
 from gguf_serve.container.kube.api import KubeApi, KubeError, Node, Pod
+from gguf_serve.container.kube.usage import FleetUsage
 from gguf_serve.container.metrics.scrape import ScrapeError, scrape_metrics
 
 log = logging.getLogger("gguf-serve-scaler")
@@ -65,6 +66,7 @@ class PodLoad:
     deferred: float
     shed_total: float  # the hop's counter; the scaler takes its increase
     draining: bool
+    output_tokens_total: float = 0.0  # the hop's counter of relayed output tokens (usage.py: the live cost)
 
 
 def recommend(policy: ScalePolicy, current: int, loads: list[PodLoad], shed: float) -> tuple[int, str]:
@@ -142,6 +144,7 @@ class Scaler:
     node_selector: str = ""  # the node group's nodes (eks.amazonaws.com/nodegroup=<name>)
     fixed_nodes: int = 0  # the profile's nodes outside `nodes` (an On-Demand floor beside a Spot group)
     profile_nodes: str = ""  # every node of the profile (gguf-serve/profile=<name>): where a cordon is looked for
+    usage: FleetUsage | None = None  # publishes the profile's nodes, output tokens and busy slots (the live cost)
 
     def __post_init__(self) -> None:
         self.stabilizer = Stabilizer(self.policy.scale_in_after_s)
@@ -155,7 +158,12 @@ class Scaler:
         loads = [load for load in (self._load(p) for p in pods if p.ready and p.ip) if load is not None]
         shed = self._shed(loads)
         current = self.api.replicas(self.namespace, self.deployment)
-        moving = self._on_cordoned(pods)
+        profile_nodes = self._profile_nodes()
+        moving = self._on_cordoned(pods, profile_nodes)
+        if self.usage is not None and profile_nodes is not None:
+            tokens = {x.name: x.output_tokens_total for x in loads}
+            self.usage.observe(now, nodes=len(profile_nodes), tokens_total=tokens,
+                               processing=sum(x.processing for x in loads))  # fmt: skip
         self.replacing &= {p.name for p in moving}  # a replaced pod that is gone needs its replica no more
         base = current - len(self.replacing)  # the replicas the load has, without the ones added for a move
         recommended, why = recommend(self.policy, base, loads, shed)
@@ -180,14 +188,19 @@ class Scaler:
             self._follow(max(target, len(pods)), every, now)
         return target
 
-    def _on_cordoned(self, pods: list[Pod]) -> list[Pod]:
+    def _profile_nodes(self) -> list[Node] | None:
+        """Every node of the profile; None when there is no selector or the list failed (logged)."""
         if not self.profile_nodes:
-            return []
+            return None
         try:
-            cordoned = {n.name for n in self.api.nodes(self.profile_nodes) if n.unschedulable}
+            return self.api.nodes(self.profile_nodes)
         except KubeError as e:
             log.warning("cannot list the profile's nodes: %s", e)
-            return []
+            return None
+
+    @staticmethod
+    def _on_cordoned(pods: list[Pod], nodes: list[Node] | None) -> list[Pod]:
+        cordoned = {n.name for n in nodes or [] if n.unschedulable}
         return [p for p in pods if p.node in cordoned]
 
     def _load(self, pod: Pod) -> PodLoad | None:
@@ -203,8 +216,9 @@ class Scaler:
             return (family.value() if family else None) or 0.0
 
         return PodLoad(
-            pod.name, value(PROCESSING), value(DEFERRED), value(hop_names.SHED), value(hop_names.DRAINING) > 0
-        )
+            pod.name, value(PROCESSING), value(DEFERRED), value(hop_names.SHED), value(hop_names.DRAINING) > 0,
+            value(hop_names.OUTPUT_TOKENS),
+        )  # fmt: skip
 
     def _shed(self, loads: list[PodLoad]) -> float:
         """Requests shed since the last step, over pods seen then (a new or restarted pod's counter starts over)."""

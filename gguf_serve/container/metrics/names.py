@@ -22,6 +22,7 @@ REQUESTS_SHED = "RequestsShed"  # Count per scrape interval
 HOP_REQUESTS_IN_FLIGHT = "HopRequestsInFlight"  # gauge, Count
 # Generated tokens of the answers the hop relayed since the last scrape: the cost per token's denominator
 OUTPUT_TOKENS = "OutputTokens"  # Count per scrape interval
+SERVING_NODES = "ServingNodes"  # an EKS profile's nodes, Count (gguf_serve/container/kube/usage.py)
 # From the hop's drain (gguf_serve/container/hop/drain.py), one datum each when a drain ends: a Spot notice or the
 # instance
 # leaving the group. Streams that ended with their whole answer, streams still running at the end (cut), new
@@ -43,6 +44,7 @@ REQUEST_DRAFT_ACCEPTANCE = "RequestDraftAcceptance"  # Percent (0-100), per requ
 # Dimension names
 DIM_GROUP = "AutoScalingGroupName"
 DIM_INSTANCE = "InstanceId"
+DIM_EKS_PROFILE = "EksProfile"  # <cluster>/<profile>: what an EKS profile's scaler publishes
 
 ALL_METRICS = (
     REQUESTS_PROCESSING,

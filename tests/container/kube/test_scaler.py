@@ -77,7 +77,7 @@ class _Pod(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, ip: str, port: int) -> None:
-        self.processing, self.deferred, self.shed = 0, 0, 0
+        self.processing, self.deferred, self.shed, self.tokens = 0, 0, 0, 0
         super().__init__((ip, port), _PodHandler)
         threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()  # shutdown waits a poll
 
@@ -99,6 +99,7 @@ class _PodHandler(BaseHTTPRequestHandler):
             f"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing {s.processing}\n"
             f"# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred {s.deferred}\n"
             f"# TYPE {hop_names.SHED} counter\n{hop_names.SHED} {s.shed}\n"
+            f"# TYPE {hop_names.OUTPUT_TOKENS} counter\n{hop_names.OUTPUT_TOKENS} {s.tokens}\n"
         ).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -277,3 +278,29 @@ def test_a_pod_on_a_cordoned_node_is_replaced_before_it_goes(cluster):
     assert scaler.step(now=time.time()) == 2 and kube.replicas == 2  # ready: the added replica goes back
     costs = {p["metadata"]["name"]: p["metadata"]["annotations"].get(DELETION_COST) for p in kube.pods}
     assert costs["serving-0"] == GO_FIRST and costs["serving-1"] != GO_FIRST  # the cordoned pod goes first
+
+
+def test_each_step_feeds_the_profiles_usage_and_an_interval_publishes_it(cluster):
+    """The live cost's inputs from the scrapes the scaling makes anyway: every node of the profile (node-9 is another
+    team's, not counted), the pods' output tokens since the step before, their busy slots."""
+    from dataclasses import replace
+
+    from gguf_serve.container.kube.usage import FleetUsage
+    from gguf_serve.container.metrics import names
+
+    kube, pods, port = cluster
+    for node in kube.nodes:
+        node["metadata"]["labels"]["gguf-serve/profile"] = "graviton-moe"
+    kube.add_node("node-9", "i-00000000000000009", "2026-01-01T00:00:00Z", {"gguf-serve/profile": "other"})
+    calls: list[dict] = []
+    usage = FleetUsage(lambda **kw: calls.append(kw), "EksServingStack/graviton-moe", slots=POLICY.slots)
+    scaler = replace(_scaler(kube, port), profile_nodes="gguf-serve/profile=graviton-moe", usage=usage)
+    pods[0].tokens, pods[1].tokens = 500, 100
+    scaler.step(now=0)
+    pods[0].tokens, pods[1].tokens, pods[0].processing = 900, 160, 1
+    scaler.step(now=60)
+    [call] = calls
+    values = {d["MetricName"]: d["Value"] for d in call["MetricData"]}
+    assert values[names.OUTPUT_TOKENS] == 400 + 60
+    assert values[names.SERVING_NODES] == 2
+    assert values[names.SLOTS_BUSY_RATIO] == pytest.approx((0 + 25) / 2)  # 1 busy of 4 slots at the second step

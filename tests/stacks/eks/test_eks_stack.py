@@ -232,3 +232,39 @@ def test_each_serving_pod_may_move_its_node_in_and_out_of_its_own_target_group_o
                       if "elasticloadbalancing:DeregisterTargets" in s["Action"]]  # fmt: skip
         assert len(statements) == len(PROFILES)
         assert all(isinstance(s["Resource"], dict) and "Ref" in s["Resource"] for s in statements)  # one group each
+
+
+def _dashboard_body(template) -> dict:
+    [board] = [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    return json.loads(re.sub(r"<[^>]+>", "X", flat(board["Properties"]["DashboardBody"])))
+
+
+def test_each_profile_shows_its_live_cost_from_what_its_scaler_publishes(eks_template):
+    """The dashboard reads, per profile, the EksProfile its scaler publishes under (--usage-profile), priced as the
+    EC2 dashboards price (tests/stacks/constructs/test_fleet_cost.py evaluates that math); the scaler may put metrics
+    into the project's namespace only."""
+    from gguf_serve.container.metrics import names
+    from tests.stacks.constructs.test_fleet_cost import evaluate
+
+    board = _dashboard_body(eks_template)
+    priced = [w for w in board["widgets"] if w["properties"].get("title", "").startswith("¥ per million")]
+    assert len(priced) == len(PROFILES)
+    deployments = {o["metadata"]["name"]: o for o in kube_objects(eks_template) if o["kind"] == "Deployment"}
+    for profile, widget in zip(PROFILES, priced, strict=True):
+        [scaler] = deployments[f"{profile}-scaler"]["spec"]["template"]["spec"]["containers"]
+        argv = scaler["command"]
+        published = argv[argv.index("--usage-profile") + 1]
+        assert published == f"EksServingStack/{profile}"
+        rows = widget["properties"]["metrics"]
+        read = {(r[1], r[3]) for r in rows if isinstance(r[0], str)}
+        assert read == {(names.SERVING_NODES, published), (names.OUTPUT_TOKENS, published)}
+        daily = next(r[0]["expression"] for r in rows if isinstance(r[0], dict) and "daily" in r[0]["label"])
+        hourly = float(re.search(r"units_d \* ([0-9.]+) \* 24", daily).group(1))
+        # two nodes all day, 1,000,000 tokens: 48 node-hours at the type's price
+        assert evaluate(daily, {"units_d": 2, "tokens_d": 1e6}) == pytest.approx(hourly * 48)
+    statements = [
+        s for p in resources(eks_template, "AWS::IAM::Policy").values() for s in p["PolicyDocument"]["Statement"]
+        if "cloudwatch:PutMetricData" in json.dumps(s["Action"])
+    ]  # fmt: skip
+    assert len(statements) == len(PROFILES)
+    assert all(s["Condition"] == {"StringEquals": {"cloudwatch:namespace": names.NAMESPACE}} for s in statements)

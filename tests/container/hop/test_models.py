@@ -108,11 +108,11 @@ def test_refusal_reads_only_a_json_object_with_a_string_model():
 # --- one endpoint, several models: a request naming another fleet's model is forwarded there -------------------
 
 
-def _pair(make_hop, **a_settings):
+def _pair(make_hop, b_settings: dict | None = None, **a_settings):
     """Hop B serves "Qwen3.6-27B"; hop A serves the 35B-A3B and routes the 27B to B (as to the shared ALB)."""
     from gguf_serve.container.hop.models import Route
 
-    b = make_hop(models=ServedModels(("Qwen3.6-27B",)))
+    b = make_hop(models=ServedModels(("Qwen3.6-27B",)), **(b_settings or {}))
     routes = (Route("Qwen3.6-27B", f"http://127.0.0.1:{_port(b)}"),)
     a = make_hop(models=ServedModels(SERVED.names, routes), **a_settings)
     return a, b
@@ -182,3 +182,22 @@ def test_a_route_for_a_name_served_here_or_not_http_is_refused():
         parse_route("B=https://internal-alb:443")
     with pytest.raises(ValueError, match="NAME=http"):
         parse_route("http://10.0.0.1:8080")
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key"])
+def test_a_keyless_request_for_another_fleets_model_is_401_and_never_forwarded(make_hop, upstream, authorization):
+    """The forward is no way round the key: checked at the head, before the body is read or a route is looked up,
+    so a keyless client cannot make one fleet's hop spend another fleet's capacity (or its forward places)."""
+    from gguf_serve.container.hop.auth import ApiKeys
+
+    keyed = {"keys": ApiKeys([KEY])}
+    a, b = _pair(make_hop, keyed, **keyed)
+    headers = {"Content-Type": "application/json", **({"Authorization": authorization} if authorization else {})}
+    conn = http.client.HTTPConnection("127.0.0.1", _port(a), timeout=10)
+    conn.request("POST", "/v1/chat/completions", json.dumps(_chat("Qwen3.6-27B")), headers)
+    answer = conn.getresponse()
+    answer.read()
+    assert answer.status == 401
+    assert (a.metrics.routed, a.metrics.route_shed, a.metrics.shed, b.metrics.shed) == (0, 0, 0, 0)
+    assert [s for s in upstream.seen if s["method"] == "POST"] == []
+    assert _post(_port(a), _chat("Qwen3.6-27B"))[0] == 200 and a.metrics.routed == 1  # with the key: forwarded

@@ -95,16 +95,20 @@ class EksServingStack(Stack):
         for i, plan in enumerate(plans):
             name = plan.profile.name if plan.profile else ""
             self._serve(Construct(self, name), plan, workloads[name], images[plan.image.name], i)
+        self._route_models()
+        self.monitoring = EksCostDashboard(self, "Monitoring", name=self.stack_name, profiles=self.costs)
+        self._acknowledge()
+
+    def _route_models(self) -> None:
+        """Each model name to the target groups of the profiles that serve it, and the one endpoint's URL."""
         fleets: dict[str, list[elbv2.IApplicationTargetGroup]] = {}
         for profile_name, names in self.names.items():
             for model in names:
                 fleets.setdefault(model, []).append(self.target_groups[profile_name])
         self.load_balancer.route_models(fleets)
-        self.monitoring = EksCostDashboard(self, "Monitoring", name=self.stack_name, profiles=self.costs)
         CfnOutput(self, "EndpointUrl", value=f"{self.load_balancer.url}/v1",
                   description="every profile's model: OpenAI-compatible URL (VPC); name the model in the body, or "
                   "send X-Gateway-Model-Name to skip a forward")  # fmt: skip
-        self._acknowledge()
 
     def _serve(
         self,

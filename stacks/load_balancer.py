@@ -11,13 +11,14 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from gguf_serve.catalog.fleet import LoadBalancerSettings
+from gguf_serve.container.hop.models import MODEL_HEADER_NAME
 from stacks.errors import PropsError
 
 MAX_IDLE_TIMEOUT_S = 4000  # ALB idle_timeout: 1-4000 seconds (ELBv2 API Reference, LoadBalancerAttribute)
 MAX_DEREGISTRATION_DELAY_S = 3600  # target group deregistration_delay: 0-3600 seconds
 
 
-MODEL_HEADER = "X-Gateway-Model-Name"  # gguf_serve/container/hop/models.py forwards with it; the rules match it
+MODEL_HEADER = MODEL_HEADER_NAME  # the hop forwards with it (gguf_serve/container/hop/models.py); the rules match it
 ROUTE_PORT = 8000  # the shared load balancer's listener for the hops' forwards (inside the VPC, nodes only)
 MODEL_NAMES_PER_RULE = 5  # ELB: condition values per rule (ELB User Guide for ALBs, "Quotas", docs.amazonaws.cn)
 

@@ -30,7 +30,8 @@ MODEL_ROUTES = frozenset(
      "/v1/messages", "/v1/embeddings", "/embeddings", "/v1/rerank", "/rerank"}
 )  # fmt: skip
 LIST_ROUTES = frozenset({"/v1/models", "/models"})
-MODEL_HEADER = b"x-gateway-model-name"  # the Gateway API inference extension's header; the ALB rules match it
+MODEL_HEADER_NAME = "X-Gateway-Model-Name"  # the Gateway API inference extension's; the shared ALB's rules match it
+MODEL_HEADER = MODEL_HEADER_NAME.lower().encode()  # as the hop reads request heads
 
 
 @dataclass(frozen=True)

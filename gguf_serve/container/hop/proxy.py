@@ -37,7 +37,7 @@ from gguf_serve.container.hop.exchange import Via
 from gguf_serve.container.hop.gpu import GpuReader
 from gguf_serve.container.hop.limits import Admission, Limits
 from gguf_serve.container.hop.metrics import RequestMetrics
-from gguf_serve.container.hop.models import ServedModels
+from gguf_serve.container.hop.models import MODEL_HEADER_NAME, ServedModels
 from gguf_serve.container.hop.upstream import UPSTREAM_SPARE, UpstreamPool
 
 __all__ = ["Admission", "Limits", "ProxyServer", "Refused", "error_body"]
@@ -90,7 +90,7 @@ class ProxyServer:
         connect_s = self.limits.connect_timeout_s
         self.routes = {  # the models other fleets serve behind the same endpoint: their connections
             r.model: Via(UpstreamPool(r.host, r.port, size=UPSTREAM_SPARE * 4, connect_timeout_s=connect_s),
-                         r.netloc, ((b"X-Gateway-Model-Name", r.model.encode()),))
+                         r.netloc, ((MODEL_HEADER_NAME.encode(), r.model.encode()),))
             for r in (models.routes if models else ())
         }  # fmt: skip
         self.routed_in_flight = 0

@@ -33,6 +33,8 @@ from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, RENAMED, DeployOptionErr
 from stacks.plan import ServicePlan, plan_eks, plan_service
 from stacks.sagemaker.app import add_sagemaker_stacks
 from stacks.serving_stack import ServingStack
+from stacks.shared_endpoint import STACK_NAME as SHARED_STACK
+from stacks.shared_endpoint import SharedEndpointStack
 
 ROOT = Path(__file__).resolve().parent.parent
 # `-c modelLock=<file>`: read and write another lock file than profiles/models.lock.toml (a relative path: from
@@ -96,6 +98,10 @@ class AppPlan:
     hosted: HostedTypes = field(default_factory=lambda: HostedTypes("", {}))
     eks: tuple[ServicePlan, ...] = ()  # EksServingStack's profiles (eksProfiles), one plan each; () no cluster
     zones: tuple[str, ...] = ()  # the region's pinned zones
+    # SharedEndpointStack's members (sharedEndpoint), one plan each whichever stacks are selected; () none. And the
+    # names each member's fleet serves (a member whose model is not locked has none yet).
+    shared: tuple[ServicePlan, ...] = ()
+    shared_models: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def plan_app(
@@ -146,12 +152,15 @@ def plan_app(
         refusal = f"{stack_name}: {why}" if why else deploy_refusal(profile) if profile else None
         if refusal:
             refusals[stack_name] = refusal
+    shared = _shared_members(options, services, built, catalog, files, tuple(zones))
     eks: tuple[ServicePlan, ...] = ()
     if options.eks_profiles and (stack_names is None or EKS_STACK in stack_names):
         eks = plan_eks({name: p for name, p in catalog.profiles.items() if p.stack_name}, options, tuple(zones))
     return AppPlan(
         options, services, refusals, tuple(unplanned), twins=twins, built=built, hosting=catalog.hosting,
-        lock_refused=dict(resolution.refused), eks=eks, zones=tuple(zones),
+        lock_refused=dict(resolution.refused), eks=eks, zones=tuple(zones), shared=shared,
+        shared_models={m.stack_name: built[m.stack_name].runtime().model.served_names for m in shared
+                       if m.stack_name in built},
         unbuilt={
             **{n: why for n in twins if n not in built and (why := catalog.problems.get(str(files.get(n))))},
             **{n: why for n, path in stack_files(profiles_dir, "sagemaker").items()
@@ -160,6 +169,29 @@ def plan_app(
         endpoints=endpoints, endpoint_types=catalog.endpoint_types, hosted=catalog.hosted,
         endpoint_profiles={p.stack_name: p for p in catalog.endpoint_profiles.values() if p.stack_name in endpoints},
     )  # fmt: skip
+
+
+def _shared_members(
+    options: DeployOptions, services: dict[str, ServicePlan], built: dict[str, ServingProfile], catalog: Any,
+    files: dict[str, Path], zones: tuple[str, ...],
+) -> tuple[ServicePlan, ...]:  # fmt: skip
+    """The plans of sharedEndpoint's stacks, in its order, whether or not this synth selected them (the shared stack
+    is shaped by the first one, and routes to them all)."""
+    unknown = [s for s in options.shared_endpoint if s not in files]
+    if unknown:
+        raise DeployOptionError(
+            f"sharedEndpoint: no EC2 stack named {', '.join(unknown)}; use some of {', '.join(files)}"
+        )
+    members = []
+    for name in options.shared_endpoint:
+        frame = built.get(name) or catalog.unlocked_frames.get(name) or _frame(files.get(name), catalog.hardware)
+        if name in services:
+            members.append(services[name])
+        elif frame is not None:
+            members.append(plan_service(frame, options, zones))
+        else:
+            raise DeployOptionError(f"sharedEndpoint: {name}'s profile ({files[name]}) cannot be read; fix it first")
+    return tuple(members)
 
 
 def _frame(path: Path | None, hardware: Any) -> ProfileFrame | None:
@@ -192,6 +224,11 @@ def build_app(
         values = {name: app.node.try_get_context(name) for name in known}
         plan = plan_app(values, config_file=config_file, profiles_dir=profiles_dir, stack_names=stack_names)
     env = cdk.Environment(account=plan.options.account, region=plan.options.region)
+    endpoint = None
+    if plan.shared:
+        endpoint = SharedEndpointStack(
+            app, SHARED_STACK, members=list(plan.shared), models=plan.shared_models, env=env
+        )  # fmt: skip
     for stack_name in [*plan.services, *plan.unplanned]:
         service = plan.services.get(stack_name)
         if service is None or service.profile is None:
@@ -200,11 +237,14 @@ def build_app(
             stack: cdk.Stack = cdk.Stack(app, stack_name, env=env)
             cdk.CfnWaitConditionHandle(stack, "ModelNotLocked")  # a template needs one resource to be valid
         else:
-            stack = ServingStack(app, stack_name, plan=service, env=env)
+            shared = endpoint if endpoint and stack_name in endpoint.members else None
+            stack = ServingStack(app, stack_name, plan=service, endpoint=shared, env=env)
         if annotate_refusals and stack_name in plan.refusals:
             # Not an exception: the app synthesizes every stack, and `cdk deploy GravitonMoeStack` must still work.
             # The CLI refuses to synth or deploy a selected stack that carries an error annotation.
             cdk.Annotations.of(stack).add_error(plan.refusals[stack_name])
+    if endpoint:
+        _order_shared(app, endpoint)
     refusals = None if annotate_refusals else plan.refusals
     add_sagemaker_stacks(
         app, models=plan.twins, built=plan.built, hosting=plan.hosting, refused=plan.lock_refused,
@@ -215,6 +255,17 @@ def build_app(
     if plan.eks:
         _eks_stack(app, plan, env, refusals)
     return app
+
+
+def _order_shared(app: cdk.App, endpoint: SharedEndpointStack) -> None:
+    """A stack that routes a name earlier stacks serve too imports their target groups' exports: it deploys after
+    them (CloudFormation refuses an import of an export not made yet)."""
+    for name in endpoint.members:
+        stack = app.node.try_find_child(name)
+        for _, peers in endpoint.balanced(name) if isinstance(stack, ServingStack) else ():
+            for peer in peers:
+                if isinstance(earlier := app.node.try_find_child(peer), ServingStack):
+                    stack.add_stack_dependency(earlier, f"routes a model {peer} serves too")
 
 
 def _eks_stack(app: cdk.App, plan: AppPlan, env: cdk.Environment, refusals: dict[str, str] | None) -> None:

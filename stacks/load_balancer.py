@@ -23,7 +23,17 @@ ROUTE_PORT = 8000  # the shared load balancer's listener for the hops' forwards 
 MODEL_NAMES_PER_RULE = 5  # ELB: condition values per rule (ELB User Guide for ALBs, "Quotas", docs.amazonaws.cn)
 
 
-def _serving_group(settings: LoadBalancerSettings) -> dict:
+MAX_RULE_PRIORITY = 50000  # a listener rule's priority: 1-50000 (ELBv2 API Reference, CreateRule)
+# A request no rule takes (a model no fleet here serves, or the default fleet's stack not deployed yet), in OpenAI's
+# error shape, as the hop answers a model it does not serve.
+def _no_fleet() -> elbv2.ListenerAction:
+    return elbv2.ListenerAction.fixed_response(
+        404, content_type="application/json",
+        message_body='{"error":{"code":"model_not_found","message":"no fleet serves that model here"}}',
+    )  # fmt: skip
+
+
+def serving_group(settings: LoadBalancerSettings) -> dict:
     """A fleet's target group: HTTP (stated: CDK infers it for 80/443/8080 only, not a NodePort), the profile's
     deregistration delay, and /health (503 while the model loads, no API key needed; only 200 is healthy)."""
     return {
@@ -50,7 +60,7 @@ class InferenceLoadBalancer(Construct):
         vpc: ec2.IVpc,
         vpc_cidr: str,
         access_logs: s3.IBucket,
-        targets: list[elbv2.IApplicationLoadBalancerTarget],
+        targets: list[elbv2.IApplicationLoadBalancerTarget] | None,
         target_port: int,
         settings: LoadBalancerSettings | None = None,
         allowed_cidrs: tuple[str, ...] = (),
@@ -60,7 +70,9 @@ class InferenceLoadBalancer(Construct):
         vpc: where the ALB goes (private subnets with egress).
         vpc_cidr: who may call it when `allowed_cidrs` is empty.
         access_logs: the bucket the ALB writes its access logs to (prefix `alb`).
-        targets: what serves behind it (the fleet's Auto Scaling group); registered on `target_port` (HTTP).
+        targets: what serves behind it (the fleet's Auto Scaling group); registered on `target_port` (HTTP). None:
+            no fleet of its own (SharedEndpointStack): `target_group` is None and a request no fleet's rule takes
+            is answered 404 `model_not_found`.
         settings: the idle timeout and the deregistration delay (a profile's [fleet]); default LoadBalancerSettings().
         allowed_cidrs: CIDRs that may call the ALB (-c allowedCidrs); default () means the VPC only.
         certificate_arn: an ACM or IAM server certificate ARN (-c certificateArn) for HTTPS on 443; default HTTP on 80.
@@ -98,23 +110,25 @@ class InferenceLoadBalancer(Construct):
         else:
             self.listener = self.alb.add_listener("Http", port=80, protocol=elbv2.ApplicationProtocol.HTTP, open=False)
         self.settings, self.vpc = settings, vpc
-        self.target_group = self.listener.add_targets("Servers", port=target_port, targets=targets,
-                                                      **_serving_group(settings))  # fmt: skip
+        self.target_group: elbv2.ApplicationTargetGroup | None = None
+        if targets is None:
+            self.listener.add_action("NoFleet", action=_no_fleet())
+        else:
+            self.target_group = self.listener.add_targets("Servers", port=target_port, targets=targets,
+                                                          **serving_group(settings))  # fmt: skip
         self.routes: elbv2.ApplicationListener | None = None
 
-    def share(self, forwarders: ec2.IConnectable) -> None:
-        """Make this load balancer the endpoint of several fleets; `target_group` (this one's first) stays the
-        default, where a client that names its model in the body only lands and its hop forwards what another fleet
-        serves. The hops forward on `routes` (HTTP, ROUTE_PORT), open to `forwarders` only (the nodes): the same
-        header rules as the main listener (route_models), and 404 for a name no fleet serves."""
+    def share(self, forwarders: ec2.IConnectable | None) -> None:
+        """Make this load balancer the endpoint of several fleets; `target_group` (this one's first, if any) stays
+        the default, where a client that names its model in the body only lands and its hop forwards what another
+        fleet serves. The hops forward on `routes` (HTTP, ROUTE_PORT), open to `forwarders` only (the nodes; None:
+        each fleet's stack opens it to its own instances): the same header rules as the main listener
+        (route_models), and 404 for a name no fleet serves."""
         self.routes = self.alb.add_listener(
-            "Routes", port=ROUTE_PORT, protocol=elbv2.ApplicationProtocol.HTTP, open=False,
-            default_action=elbv2.ListenerAction.fixed_response(
-                404, content_type="application/json",
-                message_body='{"error":{"code":"model_not_found","message":"no fleet serves that model here"}}',
-            ),
-        )  # fmt: skip
-        self.security_group.connections.allow_from(forwarders, ec2.Port.tcp(ROUTE_PORT), "hops' forwards")
+            "Routes", port=ROUTE_PORT, protocol=elbv2.ApplicationProtocol.HTTP, open=False, default_action=_no_fleet()
+        )
+        if forwarders is not None:
+            self.security_group.connections.allow_from(forwarders, ec2.Port.tcp(ROUTE_PORT), "hops' forwards")
 
     def add_fleet(self, scope: Construct, construct_id: str, *, port: int) -> elbv2.ApplicationTargetGroup:
         """Another fleet behind this shared load balancer: its own target group on `port` (instance targets, the
@@ -123,7 +137,7 @@ class InferenceLoadBalancer(Construct):
             raise PropsError("load balancer: share() it before adding another fleet")
         return elbv2.ApplicationTargetGroup(
             scope, construct_id, vpc=self.vpc, port=port, target_type=elbv2.TargetType.INSTANCE,
-            **_serving_group(self.settings),
+            **serving_group(self.settings),
         )  # fmt: skip
 
     def route_models(self, fleets: dict[str, list[elbv2.IApplicationTargetGroup]]) -> None:

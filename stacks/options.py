@@ -51,6 +51,7 @@ OPTION_NAMES = (
     "sagemakerScalingMetric",
     "sagemakerInferenceAmi",
     "eksAutoModeFields",
+    "sharedEndpoint",
 )
 # Fallbacks for what only the service refuses, late in a deploy (docs/first-deploy.md, "Refused late"): which
 # signal SageMaker endpoints scale on. "concurrency": SageMaker's own high-resolution ConcurrentRequestsPerModel;
@@ -86,6 +87,8 @@ class DeployOptions:
     sagemaker_scaling_metric: str = "concurrency"  # SAGEMAKER_SCALING_METRICS
     sagemaker_inference_ami: bool = True  # false: GPU variants name no InferenceAmiVersion (the region's default)
     eks_auto_mode_fields: bool = True  # false: the cluster's disabled Auto Mode fields are left out of CreateCluster
+    # EC2 stacks behind one internal load balancer (SharedEndpointStack, docs/deploying.md); empty: one ALB each
+    shared_endpoint: tuple[str, ...] = ()
 
 
 # Options renamed: the old name is refused with the new one, never silently ignored.
@@ -124,7 +127,14 @@ def load_options(context: dict[str, Any], config_file: Path = DEPLOY_CONFIG) -> 
             ),
             sagemaker_inference_ami=_flag(raw.get("sagemakerInferenceAmi", True), "sagemakerInferenceAmi"),
             eks_auto_mode_fields=_flag(raw.get("eksAutoModeFields", True), "eksAutoModeFields"),
+            shared_endpoint=_shared(raw.get("sharedEndpoint")),
         )
+        if options.shared_endpoint and options.wake_on_request:
+            raise _Bad(
+                "sharedEndpoint",
+                "a shared load balancer cannot wake one fleet: its 503s with no target (what wakes a group) do not say "
+                "which fleet's model was asked for; drop wakeOnRequest, or deploy the sleeping stack on its own",
+            )
         if options.wake_on_request and options.off_hours is None and options.min_capacity != 0:
             raise _Bad(
                 "wakeOnRequest", "nothing to wake: the group is never at zero; add -c offHours=20-8 or -c minCapacity=0"
@@ -267,6 +277,17 @@ def _names(value: Any, option: str) -> tuple[str, ...]:
     if any(any(c.isspace() for c in n) for n in names):
         raise _Bad(option, f"{value!r}: names hold no spaces; write e.g. -c {option}=a,b")
     return names
+
+
+def _shared(value: Any) -> tuple[str, ...]:
+    """The EC2 stacks behind one endpoint, in order: the first one's fleet serves a request that names no model."""
+    stacks = _names(value, "sharedEndpoint")
+    if len(set(stacks)) != len(stacks):
+        raise _Bad("sharedEndpoint", f"{', '.join(stacks)}: a stack is listed twice")
+    if len(stacks) == 1:
+        raise _Bad("sharedEndpoint", f"only {stacks[0]}: list two or more stacks, e.g. -c sharedEndpoint="
+                   "GravitonMoeStack,GpuMtpStack, or none (each stack its own load balancer)")  # fmt: skip
+    return stacks
 
 
 def _mirrors(value: Any) -> tuple[str, ...]:

@@ -23,6 +23,8 @@ from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.plan import ServicePlan
 from stacks.scaling import FleetScaling
+from stacks.shared_endpoint import SharedEndpointStack, strong_references
+from stacks.shared_fleet import SharedEndpointFleet
 from stacks.wake_door import WakeDoor
 from userdata import DeploySettings, InstanceSpec
 
@@ -30,19 +32,26 @@ from userdata import DeploySettings, InstanceSpec
 class ServingStack(Stack):
     """One profile's service: it composes the constructs and wires them (grants, dependencies, outputs)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, plan: ServicePlan, **kwargs) -> None:
-        """plan: the stack as it deploys (stacks/plan.py): its profile, and the deploy options resolved against it."""
+    def __init__(
+        self, scope: Construct, construct_id: str, *, plan: ServicePlan, endpoint: SharedEndpointStack | None = None,
+        **kwargs,
+    ) -> None:  # fmt: skip
+        """plan: the stack as it deploys (stacks/plan.py): its profile, and the deploy options resolved against it.
+        endpoint: the shared endpoint this stack's fleet is behind (-c sharedEndpoint), whose VPC, load balancer and
+        API key it uses; None: its own."""
         profile = plan.profile
         if profile is None:
             raise PropsError(f"ServingStack {construct_id}: its model has no lock entry; build an empty stack instead")
         super().__init__(scope, construct_id, description=profile.description, **kwargs)
+        if endpoint:
+            strong_references(self)
         self._azs = list(plan.zones)
         self._acknowledge()
         f, options = profile.fleet, plan.options
-        network = ServingNetwork(self, "Network", settings=f.network)
+        vpc = endpoint.vpc if endpoint else ServingNetwork(self, "Network", settings=f.network).vpc
         access_logs = AccessLogs(self, "AccessLogs")
         cache = ModelCache(self, "ModelCache", access_logs=access_logs.bucket)
-        api_key = ApiKey(self, "ApiKey")
+        api_key = endpoint.api_key if endpoint else ApiKey(self, "ApiKey")
         image = ImageBuild(
             self, "Image", target=profile.image, build_args=options.image_build_args,
             arm64_builder=options.arm64_builder, debian_mirrors=options.debian_mirrors,
@@ -52,24 +61,29 @@ class ServingStack(Stack):
         )
         fleet = ServingFleet(
             self, "Fleet", hardware=profile.hardware, capacity=plan.capacity, volume=f.volume, spot=plan.spot,
-            instance=InstanceSpec.of(profile), deploy=self._deploy(image, api_key, cache, log_group),
-            image_tag=image.image_tag, root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s,
-            vpc=network.vpc,
+            instance=InstanceSpec.of(profile, endpoint.routed(construct_id) if endpoint else ()),
+            deploy=self._deploy(image, api_key, cache, log_group, endpoint), image_tag=image.image_tag,
+            root_volume_gib=profile.root_volume_gib, boot_budget_s=profile.boot_budget_s, vpc=vpc,
         )  # fmt: skip
         fleet.asg.node.add_dependency(image.build)  # instances boot only once the image is in ECR
         fleet.allow_instances(secret=api_key.secret, cache=cache, repository=image.repository, log_group=log_group)
-        lb = InferenceLoadBalancer(
-            self, "LoadBalancer", vpc=network.vpc, vpc_cidr=f.network.vpc_cidr, access_logs=access_logs.bucket,
-            targets=[fleet.asg], target_port=fleet.port, settings=f.load_balancer,
-            allowed_cidrs=options.allowed_cidrs, certificate_arn=options.certificate_arn,
-        )  # fmt: skip
+        lb: InferenceLoadBalancer | SharedEndpointFleet
+        if endpoint:
+            lb = SharedEndpointFleet(self, "SharedEndpoint", endpoint=endpoint, fleet=fleet, settings=f.load_balancer)
+        else:
+            lb = InferenceLoadBalancer(
+                self, "LoadBalancer", vpc=vpc, vpc_cidr=f.network.vpc_cidr, access_logs=access_logs.bucket,
+                targets=[fleet.asg], target_port=fleet.port, settings=f.load_balancer,
+                allowed_cidrs=options.allowed_cidrs, certificate_arn=options.certificate_arn,
+            )  # fmt: skip
+        assert lb.target_group is not None
         self.target_group = lb.target_group
         self._scale_and_watch(plan, fleet, lb, api_key)
         self.fleet, self.load_balancer, self.api_key = fleet, lb, api_key
-        self._outputs(lb, api_key)
+        self._outputs(lb, api_key, endpoint.models[construct_id] if endpoint else ())
 
     def _scale_and_watch(
-        self, plan: ServicePlan, fleet: ServingFleet, lb: InferenceLoadBalancer, api_key: ApiKey
+        self, plan: ServicePlan, fleet: ServingFleet, lb: InferenceLoadBalancer | SharedEndpointFleet, api_key: ApiKey
     ) -> None:
         """Scaling on the fleet's own signals, the wake door of a group that sleeps (with the ALB's 503s as the
         backstop), and the dashboard/alarms."""
@@ -110,8 +124,9 @@ class ServingStack(Stack):
         Aspects.of(self).add(CheckovAcknowledgements())
 
     def _deploy(
-        self, image: ImageBuild, api_key: ApiKey, cache: ModelCache, log_group: logs.LogGroup
-    ) -> DeploySettings:
+        self, image: ImageBuild, api_key: ApiKey, cache: ModelCache, log_group: logs.LogGroup,
+        endpoint: SharedEndpointStack | None,
+    ) -> DeploySettings:  # fmt: skip
         """The deploy-time values the boot script reads (CDK tokens, rendered untouched)."""
         return DeploySettings(
             region=self.region,
@@ -122,10 +137,16 @@ class ServingStack(Stack):
             model_cache_url=cache.s3_url,
             log_group=log_group.log_group_name,
             metrics_namespace=names.NAMESPACE,
+            route_url=endpoint.load_balancer.route_url if endpoint else "",
         )
 
-    def _outputs(self, lb: InferenceLoadBalancer, api_key: ApiKey) -> None:
+    def _outputs(
+        self, lb: InferenceLoadBalancer | SharedEndpointFleet, api_key: ApiKey, shared_names: tuple[str, ...]
+    ) -> None:  # fmt: skip
         CfnOutput(self, "EndpointUrl", value=f"{lb.url}/v1", description="OpenAI-compatible base URL (in the VPC)")
+        if shared_names:
+            CfnOutput(self, "ModelNames", value=", ".join(shared_names),
+                      description="the model names this fleet answers to at the shared endpoint")  # fmt: skip
         CfnOutput(self, "ApiKeySecretArn", value=api_key.secret.secret_arn, description="Secrets Manager secret")
         CfnOutput(
             self,

@@ -58,6 +58,7 @@ class DeploySettings:
     model_cache_url: str
     log_group: str
     metrics_namespace: str
+    route_url: str  # the shared load balancer's route listener (sharedEndpoint); "" when the stack has its own
 
 
 @dataclass(frozen=True)
@@ -85,17 +86,25 @@ class InstanceSpec:
     model_load_s: int  # how long the ready unit waits for /health 200
     drain_deadline_s: int  # the hop's drain deadline
     runtime_json: str  # /etc/gguf-serve/runtime.json: the runtime spec the launcher starts llama-server from
+    # The models the other fleets behind a shared endpoint serve: the hop forwards a request naming one of them
+    # to the shared load balancer's route listener (--route NAME=<route_url>); () when the stack has its own
+    routed_models: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for key in ("name", "model_repo", "model_file"):
             test, allowed = HUB_SHAPES[key.removeprefix("model_")]
             if not test(getattr(self, key)):
                 raise ProfileError(f"InstanceSpec: {key} {getattr(self, key)!r} is not allowed; allowed: {allowed}")
+        test, allowed = HUB_SHAPES["name"]
+        for model in self.routed_models:
+            if not test(model):
+                raise ProfileError(f"InstanceSpec: routed model {model!r} is not allowed; allowed: {allowed}")
         if not (self.stack_name.isascii() and self.stack_name.isalnum()):
             raise ProfileError(f"InstanceSpec: stack_name {self.stack_name!r} must be letters and digits")
 
     @classmethod
-    def of(cls, profile: ServingProfile) -> InstanceSpec:
+    def of(cls, profile: ServingProfile, routed_models: tuple[str, ...] = ()) -> InstanceSpec:
+        """routed_models: the other fleets' models at this stack's shared endpoint (none: its own endpoint)."""
         return cls(
             name=profile.name,
             stack_name=profile.stack_name,
@@ -107,6 +116,7 @@ class InstanceSpec:
             model_load_s=profile.fleet.boot.model_load_s,
             drain_deadline_s=profile.fleet.drain.deadline_s,
             runtime_json=profile.runtime_json(),
+            routed_models=routed_models,
         )
 
 

@@ -24,9 +24,11 @@ MODEL_NAMES_PER_RULE = 5  # ELB: condition values per rule (ELB User Guide for A
 
 
 MAX_RULE_PRIORITY = 50000  # a listener rule's priority: 1-50000 (ELBv2 API Reference, CreateRule)
-# A request no rule takes (a model no fleet here serves, or the default fleet's stack not deployed yet), in OpenAI's
-# error shape, as the hop answers a model it does not serve.
+
+
 def _no_fleet() -> elbv2.ListenerAction:
+    """A request no rule takes (a model no fleet here serves, or the default fleet's stack not deployed yet), in
+    OpenAI's error shape, as the hop answers a model it does not serve."""
     return elbv2.ListenerAction.fixed_response(
         404, content_type="application/json",
         message_body='{"error":{"code":"model_not_found","message":"no fleet serves that model here"}}',

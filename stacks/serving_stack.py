@@ -23,6 +23,7 @@ from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.plan import ServicePlan
 from stacks.scaling import FleetScaling
+from stacks.shared_endpoint import STACK_NAME as SHARED_STACK
 from stacks.shared_endpoint import SharedEndpointStack, strong_references
 from stacks.shared_fleet import SharedEndpointFleet
 from stacks.wake_door import WakeDoor
@@ -143,10 +144,13 @@ class ServingStack(Stack):
     def _outputs(
         self, lb: InferenceLoadBalancer | SharedEndpointFleet, api_key: ApiKey, shared_names: tuple[str, ...]
     ) -> None:  # fmt: skip
-        CfnOutput(self, "EndpointUrl", value=f"{lb.url}/v1", description="OpenAI-compatible base URL (in the VPC)")
-        if shared_names:
+        if shared_names:  # the URL and the key are the shared stack's outputs (an output may not re-export an import)
             CfnOutput(self, "ModelNames", value=", ".join(shared_names),
                       description="the model names this fleet answers to at the shared endpoint")  # fmt: skip
+            CfnOutput(self, "Endpoint", value=f"{SHARED_STACK}: EndpointUrl, ApiKeySecretArn",
+                      description="behind the shared endpoint: its URL and key are that stack's outputs")  # fmt: skip
+            return
+        CfnOutput(self, "EndpointUrl", value=f"{lb.url}/v1", description="OpenAI-compatible base URL (in the VPC)")
         CfnOutput(self, "ApiKeySecretArn", value=api_key.secret.secret_arn, description="Secrets Manager secret")
         CfnOutput(
             self,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aws_cdk import Aspects, CfnOutput, CrossStackReferences, ReferenceStrength, Stack
+from aws_cdk import Aspects, Aws, CfnOutput, CrossStackReferences, ReferenceStrength, Stack
 from constructs import Construct
 
 from stacks.access_logs import AccessLogs
@@ -129,8 +129,18 @@ class SharedEndpointStack(Stack):
                   description="every model of " + ", ".join(self.members) + ": OpenAI-compatible URL (VPC); name "
                   "the model in the body, or send X-Gateway-Model-Name to skip a forward")  # fmt: skip
         CfnOutput(self, "ApiKeySecretArn", value=self.api_key.secret.secret_arn, description="Secrets Manager secret")
-        CfnOutput(self, "ModelNames", description="stack: the model names its fleet answers to at this endpoint",
-                  value="; ".join(f"{s}: {', '.join(n) or '(not locked)'}" for s, n in self.models.items()))  # fmt: skip
+        names = "; ".join(f"{s}: {', '.join(n) or '(not locked)'}" for s, n in self.models.items())
+        CfnOutput(self, "ModelNames", value=names, description="stack: the names its fleet answers to at this endpoint")
+        model = next((n[0] for n in reversed(self.models.values()) if n), "")
+        CfnOutput(
+            self, "CurlExample", description="Run from inside the VPC; the body's model picks the fleet",
+            value=(
+                f'curl -s {lb.url}/v1/chat/completions -H "Authorization: Bearer $(aws secretsmanager '
+                f"get-secret-value --region {Aws.REGION} --secret-id {self.api_key.secret.secret_arn} --query "
+                "SecretString --output text)\" -H 'Content-Type: application/json' "
+                f'-d \'{{"model":"{model}","messages":[{{"role":"user","content":"你好"}}],"max_tokens":256}}\''
+            ),
+        )  # fmt: skip
 
     @property
     def availability_zones(self) -> list[str]:

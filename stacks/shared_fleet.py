@@ -77,7 +77,8 @@ class SharedEndpointFleet(Construct):
                   description="this fleet's target group (a later stack's rule for a name both serve)")  # fmt: skip
 
     def _rules(
-        self, tag: str, names: list[str], action: elbv2.ListenerAction, priority: int, routes: elbv2.IApplicationListener
+        self, tag: str, names: list[str], action: elbv2.ListenerAction, priority: int,
+        routes: elbv2.IApplicationListener,
     ) -> int:  # fmt: skip
         """Header rules for `names` on both listeners, from `priority` on; returns the next free priority."""
         for i in range(0, len(names), MODEL_NAMES_PER_RULE):

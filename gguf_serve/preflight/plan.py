@@ -15,6 +15,7 @@ from stacks.eks.stack import STACK_NAME as EKS_STACK
 from stacks.options import DEPLOY_CONFIG
 from stacks.plan import ServicePlan
 from stacks.sagemaker.stack import SageMakerStack
+from stacks.shared_endpoint import STACK_NAME as SHARED_STACK
 
 # Service Quotas codes for running On-Demand and Spot vCPUs: c8g/c8i are Standard (A, C, D, H, I, M, R, T, Z), g5 is
 # G and VT. L-1216C47A is shown by name in the AWS CLI User Guide's Service Quotas examples (docs.amazonaws.cn);
@@ -97,11 +98,14 @@ class DeployPlan:
     endpoints: tuple[EndpointPlan, ...] = ()  # the SageMaker stacks named (gguf_serve/preflight/sagemaker.py)
     debian_mirrors: tuple[str, ...] = ()  # the deploy option debianMirrors, in the order the build probes them
     clusters: tuple[ClusterPlan, ...] = ()  # EksServingStack, when named
+    # SharedEndpointStack (sharedEndpoint): the VPC, load balancer and key of the EC2 stacks behind it, which then
+    # add no network of their own
+    shared: tuple[ClusterPlan, ...] = ()
 
     def planned(self) -> tuple[StackPlan | EndpointPlan | ClusterPlan, ...]:
         """Every stack of the plan, of the three targets: what each asks of CodeBuild, the bootstrap, the network,
         endpoint services and Lambda is checked alike."""
-        return (*self.stacks, *self.endpoints, *self.clusters)
+        return (*self.stacks, *self.endpoints, *self.clusters, *self.shared)
 
 
 def deploy_plan(
@@ -116,7 +120,7 @@ def deploy_plan(
     stacks = stack_models(PROFILES_DIR)
     endpoint_stacks = list(stack_models(PROFILES_DIR, "sagemaker"))
     # a SageMaker stack (a twin or an endpoint profile's) and the EKS stack are checked when named
-    known = [*stacks, *(sagemaker_stack_name(n) for n in stacks), *endpoint_stacks, EKS_STACK]
+    known = [*stacks, *(sagemaker_stack_name(n) for n in stacks), *endpoint_stacks, EKS_STACK, SHARED_STACK]
     unknown = set(stack_names or ()) - set(known)
     if unknown:
         raise SystemExit(f"error: no stack named {sorted(unknown)}; the stacks are {sorted(known)}")
@@ -149,7 +153,11 @@ def deploy_plan(
             endpoint_services=tuple(sorted(_endpoint_services(templates[name], region))),
             bootstrap_version=_bootstrap_version(templates[name]),
             functions=tuple(_functions(templates[name])),
-            network=_network(templates[name]) if service.profile is not None else _unbuilt_network(service),
+            network=_network(templates[name])
+            if service.profile is not None
+            else NetworkPlan()
+            if name in app_plan.options.shared_endpoint  # the shared stack's VPC
+            else _unbuilt_network(service),
         )
         plans.append(plan)
     endpoints = [
@@ -163,6 +171,7 @@ def deploy_plan(
         if isinstance(stack, SageMakerStack)
     ]
     clusters = [_cluster_plan(templates[EKS_STACK], region)] if EKS_STACK in templates else []
+    shared = [_cluster_plan(templates[SHARED_STACK], region, SHARED_STACK)] if SHARED_STACK in templates else []
     return DeployPlan(
         region=region,
         stacks=tuple(plans),
@@ -170,12 +179,13 @@ def deploy_plan(
         endpoints=tuple(endpoints),
         debian_mirrors=app_plan.options.debian_mirrors,
         clusters=tuple(clusters),
+        shared=tuple(shared),
     )
 
 
-def _cluster_plan(template: dict, region: str) -> ClusterPlan:
+def _cluster_plan(template: dict, region: str, stack_name: str = EKS_STACK) -> ClusterPlan:
     return ClusterPlan(
-        stack_name=EKS_STACK,
+        stack_name=stack_name,
         build_images=tuple(_build_images(template)),
         endpoint_services=tuple(sorted(_endpoint_services(template, region))),
         bootstrap_version=_bootstrap_version(template),

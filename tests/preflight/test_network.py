@@ -100,3 +100,23 @@ def test_an_endpoint_service_missing_in_a_pinned_zone_names_the_zone(plan):
     assert r.detail == "not offered in cn-northwest-1b (offered in: cn-northwest-1a, cn-northwest-1c)"
     assert "pinned-availability-zones" in r.todo
     assert not [r for r in results if r.check == "VPC endpoint services"]  # no "all offered" beside it
+
+
+def test_behind_a_shared_endpoint_the_stacks_add_one_vpc_the_shared_stacks():
+    """sharedEndpoint: the pre-flight plans SharedEndpointStack (its VPC, gateways and endpoint services) whichever
+    stacks behind it are named, and those stacks no VPC of their own."""
+    from gguf_serve.preflight.plan import deploy_plan
+    from stacks.shared_endpoint import STACK_NAME
+    from tests.conftest import cdk_context
+    from tests.stacks.shared.conftest import CONTEXT
+
+    plan = deploy_plan(["GpuMtpStack", "IntelMoeStack"], context={**cdk_context(), **CONTEXT})
+    assert [s.stack_name for s in plan.shared] == [STACK_NAME]
+    (shared,) = plan.shared
+    assert (shared.network.vpcs, shared.network.internet_gateways) == (1, 1)
+    assert any(zones for _, zones in shared.endpoint_services)  # the interface endpoints are the shared VPC's
+    for s in plan.stacks:
+        assert s.network.vpcs == s.network.internet_gateways == s.network.elastic_ips == 0, s.stack_name
+    assert sum(s.network.vpcs for s in plan.planned()) == 1
+    ok = {r.check: r.detail for r in Account(plan).check() if r.status is Status.OK}
+    assert ok[VPCS.name].endswith(f"{'+'.join(s.stack_name for s in plan.planned() if s.network.vpcs)} add 1")

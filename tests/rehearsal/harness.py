@@ -143,6 +143,7 @@ class World:
             model_cache_url=f"s3://{BUCKET}/models/",
             log_group=LOG_GROUP,
             metrics_namespace=names.METRICS_NAMESPACE,
+            route_url="",
             lifecycle_hook=READY_HOOK,
             release=self.release,
             release_parameter=release_parameter_name(STACK),

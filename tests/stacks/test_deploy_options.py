@@ -22,6 +22,7 @@ from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import DOCUMENTED, STACK_NAMES, SYNTHESIZED
 from tests.stacks.eks.conftest import CONTEXT as EKS_CONTEXT
+from tests.stacks.shared.conftest import CONTEXT as SHARED_CONTEXT
 from tests.whole_app import BUILD_ARGS, CERT, IAM_CERT, OPTION_SETS
 
 ZONES = ("cn-northwest-1a", "cn-northwest-1b")
@@ -57,8 +58,9 @@ def test_the_whole_app_sets_hold_every_option_and_the_readme_documents_each_opti
     see each one in a whole app (the rest is tested on constructs alone)."""
     assert len(OPTION_SETS) <= 3 and set(SYNTHESIZED) < set(OPTION_SETS)
     eks = set(EKS_CONTEXT) - {k for values in OPTION_SETS.values() for k in values}  # EksServingStack's own synth
+    shared = set(SHARED_CONTEXT)  # SharedEndpointStack's own synth, with three EC2 stacks (tests/stacks/shared/)
     alone = {"eksAutoModeFields"}  # a second cluster synth would double the EKS time: test_eks_stack.py builds it
-    assert {k for values in OPTION_SETS.values() for k in values} | eks | alone == set(OPTION_NAMES)
+    assert {k for values in OPTION_SETS.values() for k in values} | eks | shared | alone == set(OPTION_NAMES)
     every = {k for ctx in DOCUMENTED.values() for k in ctx}
     assert every <= set(OPTION_NAMES) and set(PARSED) == set(DOCUMENTED) | set(SYNTHESIZED)
     # The option table: one, in the README, naming every option the app knows and nothing else.

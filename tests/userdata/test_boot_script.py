@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from gguf_serve.catalog import ProfileError
 from gguf_serve.container import names
 from gguf_serve.container.launch.preflight import EX_CONFIG
 from tests.committed import PROFILES
@@ -29,6 +30,7 @@ BOOT = BootSettings(
     model_cache_url="s3://model-cache-bucket/models/",
     log_group="/gguf-serve/GravitonMoeStack",
     metrics_namespace="GgufServe/LlamaServer",
+    route_url="",
     lifecycle_hook=names.LIFECYCLE_HOOK,
     release="0123456789abcdef",
     release_parameter="/GravitonMoeStack/serving-release",
@@ -122,3 +124,31 @@ def test_a_first_boot_cut_short_never_leaves_a_half_ready_instance_in_service():
     assert f"LAUNCH_HOOK={names.LIFECYCLE_HOOK}\n" in text and "LAUNCH_HOOK=${LAUNCH_HOOK@Q}\n" in ready
     for hook in ("\\$LAUNCH_HOOK", names.LEGACY_LIFECYCLE_HOOK):
         assert f'--lifecycle-hook-name "{hook}" --instance-id "\\$instance" --lifecycle-action-result CONTINUE' in ready
+
+
+def test_behind_a_shared_endpoint_the_hop_is_started_with_a_route_per_other_model(tmp_path):
+    """The hop command the unit writes, read by the hop's own parser: each other fleet's model goes to the shared
+    load balancer's route listener; its own names are served here. Without a shared endpoint: no route at all."""
+    import shlex
+
+    from gguf_serve.container.hop.cli import _models, build_parser
+
+    profile = PROFILES["graviton-moe"]
+    routed = ("Qwen3.6-27B", "qwen3.6-27b")
+    route_url = "http://internal-shared-123.cn-northwest-1.elb.amazonaws.com.cn:8000"
+    boot = replace(BOOT, route_url=route_url)
+    text = render_user_data(InstanceSpec.of(profile, routed), boot)
+    hop = text[text.index(f"/etc/systemd/system/{names.HOP_UNIT}.service") :]
+    command = hop[hop.index("ExecStart=") : hop.index("\nExecStop=")].replace("\\\n", " ")
+    argv = shlex.split(command.replace("$ROUTE_URL", route_url))
+    args = build_parser().parse_args(argv[argv.index("gguf_serve.container.hop") + 1 :])
+    (spec := tmp_path / "runtime.json").write_text(profile.runtime_json())
+    args.spec = str(spec)
+    models = _models(args)
+    assert models is not None and models.names == profile.runtime().model.served_names
+    assert [(r.model, r.url) for r in models.routes] == [(name, route_url) for name in routed]
+    assert f"ROUTE_URL={route_url}" in text  # set once, quoted (a plain URL needs no quotes)
+    alone = render_user_data(InstanceSpec.of(profile), BOOT)
+    assert re.search(r"--route \S+=", alone) is None and "ROUTE_URL" not in alone
+    with pytest.raises(ProfileError, match="routed model"):
+        InstanceSpec.of(profile, ("Qwen 27B; reboot",))

@@ -91,7 +91,9 @@ def _hostile(marker: Path) -> tuple[InstanceSpec, BootSettings]:
         "stack_name": f"Stack'$(touch {marker}-6)'",
         "release_parameter": f"/p/$(touch {marker}-7)",
         "log_group": f'/g"}}, "x": "$(touch {marker}-8)',
+        "route_url": f"http://alb:8000/$(touch {marker}-9)",
     }
+    object.__setattr__(spec, "routed_models", ("Qwen3.6-27B",))  # the route URL is written only where it is used
     boot = BootSettings(**{**{f.name: getattr(BOOT, f.name) for f in fields(BootSettings)}, **evil})
     return spec, boot
 

@@ -43,11 +43,12 @@ def _refs(resource: dict, names) -> set[str]:
 def prepare(template: dict) -> tuple[dict, dict, list[str]]:
     """Template moto can create, plus the resources to replay through the API."""
     res = template["Resources"]
-    secret = next(k for k, v in res.items() if v["Type"] == "AWS::SecretsManager::Secret")
-    text = json.dumps(template).replace(
-        json.dumps({"Ref": secret}),
-        json.dumps({"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:key"}),
-    )
+    text = json.dumps(template)
+    for secret in (k for k, v in res.items() if v["Type"] == "AWS::SecretsManager::Secret"):  # a shared key: none
+        text = text.replace(
+            json.dumps({"Ref": secret}),
+            json.dumps({"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:key"}),
+        )
     text = re.sub(r'\{"Fn::GetAtt": \["\w+", "TargetGroupFullName"\]\}', '"targetgroup/serving/0123456789abcdef"', text)
     template = json.loads(text)
     res = template["Resources"]
@@ -94,10 +95,12 @@ def bootstrap(template: dict) -> None:
 
 
 def resolve(value, physical: dict):
-    """Evaluate the intrinsics these resources use against the created stack's physical ids."""
+    """Evaluate the intrinsics these resources use against the created stack's physical ids (and exports)."""
     if isinstance(value, dict):
         if set(value) == {"Ref"}:
             return physical[value["Ref"]]
+        if set(value) == {"Fn::ImportValue"}:  # `physical` holds the exports by name too
+            return physical[value["Fn::ImportValue"]]
         if set(value) == {"Fn::Join"}:
             sep, parts = value["Fn::Join"]
             return sep.join(resolve(parts, physical))

@@ -1,7 +1,7 @@
 """The shape issue 22 asks of stacks/, read from the source with the standard library's ast: the stacks compose
 (their __init__ at most 60 lines, the only classes that take a whole plan or profile: ServingStack, SageMakerStack
-in stacks/sagemaker/, EksServingStack in stacks/eks/ and SharedEndpointStack), each construct builds from narrow props (no __init__ over
-80 lines), and each file holds one idea (at most 350 lines)."""
+in stacks/sagemaker/, EksServingStack in stacks/eks/ and SharedEndpointStack), each construct builds from narrow
+props (no __init__ over 80 lines), and each file holds one idea (at most 350 lines)."""
 
 from __future__ import annotations
 

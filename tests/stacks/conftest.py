@@ -3,11 +3,19 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Template
 
+from stacks.app import build_app
+from stacks.eks.stack import STACK_NAME as EKS_STACK
+from stacks.shared_endpoint import STACK_NAME as SHARED_STACK
 from tests.committed import PROFILES
+from tests.conftest import cdk_context
+from tests.stacks.eks.conftest import CONTEXT as EKS_CONTEXT
+from tests.stacks.shared.conftest import CONTEXT as SHARED_CONTEXT
+from tests.stacks.shared.conftest import MEMBERS as SHARED_MEMBERS
 from tests.whole_app import CERT, IAM_CERT, OPTION_SETS, Synthesized
 
 STACK_NAMES = [p.stack_name for p in PROFILES.values()]
@@ -64,4 +72,40 @@ def synthesized(whole_apps) -> dict[str, dict[str, Path]]:
     return {name: {s: whole_apps[name].template_file(s) for s in whole_apps[name].stacks} for name in SYNTHESIZED}
 
 
-from tests.stacks.eks.conftest import eks_assembly, eks_template  # noqa: E402, F401 - whole-app tests read EKS too
+# The two syntheses besides the whole apps, each through build_app (cdk-nag on, as `cdk synth` runs it), defined here
+# once for every test under tests/stacks/ (a fixture imported into a second conftest or module would synthesize again).
+@pytest.fixture(scope="session")
+def eks_assembly(tmp_path_factory) -> Path:
+    """EksServingStack alone (the EC2 and SageMaker stacks are the committed whole app's): tests/stacks/eks/."""
+    app = build_app(
+        {**cdk_context(), **EKS_CONTEXT},
+        config_file=tmp_path_factory.mktemp("eks") / "absent.toml",
+        stack_names=[EKS_STACK],
+    )
+    assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
+    return Path(assembly.directory) / assembly.get_stack_by_name(EKS_STACK).template_file
+
+
+@pytest.fixture(scope="session")
+def eks_template(eks_assembly: Path) -> dict[str, Any]:
+    return json.loads(eks_assembly.read_text())
+
+
+@pytest.fixture(scope="session")
+def shared_assembly(tmp_path_factory) -> Path:
+    """SharedEndpointStack and the EC2 stacks behind it (tests/stacks/shared/); the SageMaker stacks are the
+    committed whole app's."""
+    app = build_app(
+        {**cdk_context(), **SHARED_CONTEXT},
+        config_file=tmp_path_factory.mktemp("shared") / "absent.toml",
+        stack_names=[SHARED_STACK, *SHARED_MEMBERS],
+    )
+    assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
+    return Path(assembly.directory)
+
+
+@pytest.fixture(scope="session")
+def shared_templates(shared_assembly: Path) -> dict[str, dict[str, Any]]:
+    return {
+        s: json.loads((shared_assembly / f"{s}.template.json").read_text()) for s in (SHARED_STACK, *SHARED_MEMBERS)
+    }

@@ -161,3 +161,13 @@ def test_a_gate_or_a_flag_with_its_value_counts_and_a_lookalike_does_not():
     assert not missing_key_source([MODULE, "--no-api-key", "IAM"])
     assert not missing_key_source([MODULE, "--api-key-env=LLAMA_API_KEY"])
     assert missing_key_source([MODULE, "--api-key-envelope", "x"])
+
+
+def test_every_hop_behind_a_shared_endpoint_has_its_key_source(shared_templates):
+    """The fleets behind one endpoint read the one shared key; a forward reaches the next fleet's hop, which checks
+    the key again (tests/container/hop/test_models.py)."""
+    starts = [argv for template in shared_templates.values() for argv in template_starts(template)]
+    assert len(starts) == 3  # one per fleet behind it
+    for argv in starts:
+        assert not missing_key_source(argv), argv
+        assert "--route" in argv  # each forwards the other fleets' models

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.stacks.eks.conftest import PROFILES, eks_assembly, eks_template, flat  # noqa: F401 - fixtures
+from tests.stacks.eks.conftest import PROFILES, flat
 
 PRICED = "¥ per million output tokens served"
 
@@ -37,5 +37,11 @@ def test_every_ec2_and_sagemaker_fleet_prices_its_tokens(whole_apps, option_set)
     assert {s: _priced_widgets(app.template(s)) for s in serving} == serving
 
 
-def test_every_eks_profile_prices_its_tokens(eks_template):  # noqa: F811 - the fixture
+def test_every_eks_profile_prices_its_tokens(eks_template):
     assert _priced_widgets(eks_template) == len(PROFILES)
+
+
+def test_every_fleet_behind_a_shared_endpoint_prices_its_tokens(shared_templates):
+    serving = {s: n for s, t in shared_templates.items() if (n := _fleets(t))}
+    assert len(serving) == 3  # the three EC2 stacks; the shared stack runs no fleet
+    assert {s: _priced_widgets(shared_templates[s]) for s in serving} == serving

@@ -124,3 +124,12 @@ def test_outside_china_one_name_is_enough():
     rule = CHINA_TRUST["ec2"]
     assert rule.names("ec2", "aws", "amazonaws.com") == ("ec2.amazonaws.com",)
     assert rule.names("ec2", "aws-cn", "amazonaws.com.cn") == ("ec2.amazonaws.com", "ec2.amazonaws.com.cn")
+
+
+def test_every_trust_behind_a_shared_endpoint_is_what_the_china_partition_wants(shared_templates):
+    """SharedEndpointStack (its VPC's flow logs, its load balancer's log bucket) and the EC2 stacks behind it."""
+    checked = 0
+    for stack, template in shared_templates.items():
+        assert violations(template, "cn-northwest-1") == [], stack
+        checked += sum(len(s) for s in trusts(template).values())
+    assert checked > 30

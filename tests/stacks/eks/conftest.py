@@ -1,19 +1,14 @@
-"""EksServingStack synthesized once, through build_app (cdk-nag on, as `cdk synth` runs it), for three profiles (a
-Graviton CPU one, the Intel one and the GPU one: all three image architectures on one cluster), with an admin role,
-an allowed network and a certificate."""
+"""What EksServingStack's synthesis is made of (its fixtures, `eks_assembly` and `eks_template`, are in
+tests/stacks/conftest.py, defined once for every test that reads them): three profiles (a Graviton CPU one, the Intel
+one and the GPU one: all three image architectures on one cluster), with an admin role, an allowed network and a
+certificate."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from stacks.app import build_app
-from stacks.eks.stack import STACK_NAME
-from tests.conftest import cdk_context
 from tests.whole_app import CERT
 
 ADMIN = "arn:aws-cn:iam::111122223333:role/platform-admins"
@@ -24,22 +19,6 @@ CONTEXT = {
     "allowedCidrs": "10.8.0.0/16",
     "certificateArn": CERT,
 }
-
-
-@pytest.fixture(scope="session")
-def eks_assembly(tmp_path_factory) -> Path:
-    app = build_app(
-        {**cdk_context(), **CONTEXT},
-        config_file=tmp_path_factory.mktemp("eks") / "absent.toml",
-        stack_names=[STACK_NAME],  # the cluster alone: the EC2 and SageMaker stacks are the committed whole app's
-    )
-    assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
-    return Path(assembly.directory) / assembly.get_stack_by_name(STACK_NAME).template_file
-
-
-@pytest.fixture(scope="session")
-def eks_template(eks_assembly: Path) -> dict[str, Any]:
-    return json.loads(eks_assembly.read_text())
 
 
 def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -60,6 +39,8 @@ def flat(value: Any) -> str:
         return f"<select:{flat(value['Fn::Select'][1])}>"
     if isinstance(value, dict) and "Fn::Split" in value:
         return f"<split:{flat(value['Fn::Split'][1])}>"
+    if isinstance(value, dict) and "Fn::ImportValue" in value:  # another stack's export (a shared endpoint's)
+        return f"<import:{value['Fn::ImportValue']}>"
     raise AssertionError(f"unexpected intrinsic {value}")
 
 

@@ -18,11 +18,13 @@ from gguf_serve.local.cache import cache_root
 from stacks.app import build_app
 from stacks.options import DEPLOY_CONFIG, OPTION_NAMES, DeployOptionError, DeployOptions, load_options
 from stacks.plan import plan_service
+from stacks.shared_endpoint import STACK_NAME as SHARED_STACK
 from tests.committed import PROFILES, profile_by_stack
 from tests.conftest import ROOT, cdk_context
 from tests.stacks.conftest import DOCUMENTED, STACK_NAMES, SYNTHESIZED
 from tests.stacks.eks.conftest import CONTEXT as EKS_CONTEXT
 from tests.stacks.shared.conftest import CONTEXT as SHARED_CONTEXT
+from tests.stacks.shared.conftest import MEMBERS as SHARED_MEMBERS
 from tests.whole_app import BUILD_ARGS, CERT, IAM_CERT, OPTION_SETS
 
 ZONES = ("cn-northwest-1a", "cn-northwest-1b")
@@ -306,6 +308,27 @@ class TestTheRealCli:
         for stack, template_file in synthesized["beijing-cost-saver"].items():
             cli = _without_cli_metadata(json.loads((tmp_path / "cdk.out" / template_file.name).read_text()))
             assert cli == json.loads(template_file.read_text()), stack
+
+    def test_a_shared_endpoint_deploys_before_the_stacks_behind_it_and_synthesizes_as_the_tests_read(
+        self, tmp_path, shared_assembly
+    ):
+        """`cdk list --show-dependencies` is what `cdk deploy GravitonMoeStack` follows: SharedEndpointStack first;
+        the templates are the ones build_app gave the tests."""
+        from tests.catalog.stand_in import stand_in_lock
+
+        lock = stand_in_lock(tmp_path)
+        options = [a for k, v in SHARED_CONTEXT.items() for a in ("-c", f"{k}={v}")]
+        args = (*options, "-c", f"modelLock={lock}", "-c", "modelLookup=false", "-c", "allowTypedLock=true")
+        out = self._cdk(tmp_path, "list", "--show-dependencies", "--json", *args, "-o", str(tmp_path / "cdk.out"))
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        listed = {entry["id"]: entry["dependencies"] for entry in json.loads(out.stdout)}
+        for member in SHARED_MEMBERS:
+            assert SHARED_STACK in [d["id"] for d in listed[member]], listed[member]
+        assert [d["id"] for d in listed[SHARED_STACK]] == []
+        assert "GravitonMoeStack" in [d["id"] for d in listed["IntelMoeStack"]]  # it balances Graviton's 35B
+        for stack in (SHARED_STACK, *SHARED_MEMBERS):
+            cli = _without_cli_metadata(json.loads((tmp_path / "cdk.out" / f"{stack}.template.json").read_text()))
+            assert cli == json.loads((shared_assembly / f"{stack}.template.json").read_text()), stack
 
     def test_a_bad_option_fails_synth_in_one_line(self, tmp_path):
         out = self._cdk(tmp_path, "synth", "-c", "allowedCidrs=10.0.0.0/33", "--quiet", "-o", str(tmp_path / "o"))

@@ -71,14 +71,18 @@ def start(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subprocess
     raise RuntimeError(f"{cmd[:3]} did not start")
 
 
-async def one(port: int, tokens: int, gap_ms: float, ttfts: list[float] | None = None) -> int:
-    """One streamed request on a fresh connection; the content events received (and its TTFT into `ttfts`)."""
-    body = json.dumps({"stream": True, "max_tokens": tokens, "gap_ms": gap_ms,
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+async def one(
+    port: int, tokens: int, gap_ms: float, ttfts: list[float] | None = None, *, model: str | None = None,
+    key: str = "k",
+) -> int:  # fmt: skip
+    """One streamed request on a fresh connection; the content events received (and its TTFT into `ttfts`).
+    `model`: the body's model (none by default); `key`: the bearer token."""
+    request = {"stream": True, "max_tokens": tokens, "gap_ms": gap_ms, "messages": [{"role": "user", "content": "hi"}]}
+    body = json.dumps({**request, **({"model": model} if model else {})}).encode()
     start = time.perf_counter()
     reader, writer = await asyncio.open_connection(HOST, port)
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Authorization: Bearer k\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    writer.write(head + b"Authorization: Bearer %b\r\nContent-Length: %d\r\n\r\n%b" % (key.encode(), len(body), body))
     seen, tail = 0, b""
     try:
         while data := await reader.read(65536):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import subprocess
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 
 from hop_chaos import pct  # noqa: E402
+from hop_cpu import one as stream_once  # noqa: E402
 from hop_cpu import start  # noqa: E402
 
 from gguf_serve.local.process import free_port  # noqa: E402
@@ -61,28 +61,13 @@ def wait_up(port: int, proc: subprocess.Popen) -> None:
 
 
 async def one(port: int, tokens: int, gap_ms: float) -> tuple[float, float]:
-    """One streamed request on a fresh connection: (TTFT, whole stream) in seconds."""
-    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": tokens, "gap_ms": gap_ms,
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    """One streamed request for MODEL on a fresh connection: (TTFT, whole stream) in seconds."""
+    ttfts: list[float] = []
     start_s = time.perf_counter()
-    reader, writer = await asyncio.open_connection(HOST, port)
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    head += b"Authorization: Bearer %b\r\nContent-Length: %d\r\n\r\n" % (KEY.encode(), len(body))
-    writer.write(head + body)
-    ttft, seen, tail = None, 0, b""
-    try:
-        while data := await reader.read(65536):
-            if ttft is None and b'"content":"' in data:
-                ttft = time.perf_counter() - start_s
-            seen += data.count(b'"content":"')
-            tail = (tail + data)[-16:]
-            if tail.endswith(b"0\r\n\r\n"):
-                break
-    finally:
-        writer.close()
-    if ttft is None or seen < tokens:
+    seen = await stream_once(port, tokens, gap_ms, ttfts, model=MODEL, key=KEY)
+    if not ttfts or seen < tokens:
         raise RuntimeError(f"a stream on {port} came back with {seen} of {tokens} tokens")
-    return ttft, time.perf_counter() - start_s
+    return ttfts[0], time.perf_counter() - start_s
 
 
 async def round_of(port: int, streams: int, tokens: int, gap_ms: float) -> list[tuple[float, float]]:

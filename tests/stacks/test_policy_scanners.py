@@ -67,3 +67,15 @@ def test_checkov_is_real_without_the_reasons(tmp_path, synthesized, template_fil
     found = {f["check_id"] for r in reports for f in r["results"]["failed_checks"]}
     accepted = {check for _, _, reasons in ACCEPTED for check in reasons}
     assert found == accepted
+
+
+@pytest.mark.scan
+@pytest.mark.slow
+def test_checkov_finds_nothing_unreasoned_behind_a_shared_endpoint(tmp_path, shared_assembly):
+    """SharedEndpointStack and the EC2 stacks behind it (tests/stacks/shared/)."""
+    files = sorted(shared_assembly.glob("*Stack.template.json"))
+    assert len(files) == 4
+    reports = _checkov(_templates_dir(tmp_path, files))
+    failed = [(f["check_id"], f["resource"], f["file_path"]) for r in reports for f in r["results"]["failed_checks"]]
+    assert failed == []
+    assert sum(r["summary"]["passed"] for r in reports) > 100 * len(files) // 10

@@ -21,6 +21,7 @@ from tests.rehearsal.aws import iam_action
 from tests.rehearsal.harness import GROUP, STACK, STATE, World
 from tests.rehearsal.imds import ROLE_ACCESS_KEY
 from tests.rehearsal.tiny_mtp import artifact, with_gpu_speculation, write
+from userdata import InstanceSpec, render_user_data
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -251,9 +252,16 @@ def test_a_transient_aws_error_at_start_still_ends_healthy_and_signalled(world, 
         cold.stop()
 
 
+ROUTED = "Qwen3.6-27B"  # another fleet's model behind the same endpoint (sharedEndpoint)
+
+
 def test_a_second_instance_reads_the_model_from_the_s3_cache(world, cold):
+    """... and boots as a fleet behind a shared endpoint does: its hop's unit, as systemd runs it, routes the other
+    fleet's model to the route listener (GET /v1/models lists it beside its own) and serves its own."""
     downloads, gets = len(world.hub.stats.downloads()), _model_gets(world)
-    b = world.instance("i-0b00000000000ca5e")
+    route_url = "http://internal-shared-endpoint.cn-northwest-1.elb.amazonaws.com.cn:8000"
+    spec = InstanceSpec.of(world.profile, (ROUTED,))
+    b = world.instance("i-0b00000000000ca5e", render_user_data(spec, replace(world.boot, route_url=route_url)))
     b.start()
     result = b.wait_boot_done(timeout=900)
     TIMINGS["cache_steps"] = _steps(b)
@@ -264,6 +272,10 @@ def test_a_second_instance_reads_the_model_from_the_s3_cache(world, cold):
         assert len(world.hub.stats.downloads()) == downloads, "the second instance went to ModelScope"
         assert _model_gets(world) > gets
         assert [s.params["Status"] for s in _signals(world, b)] == ["SUCCESS"]
+        listed = b.sh(f"curl -s -H 'Authorization: Bearer {world.api_key}' http://127.0.0.1:8080/v1/models").stdout
+        names = [m["id"] for m in json.loads(listed)["data"]]
+        assert names == [*world.profile.runtime().model.served_names, ROUTED], listed
+        assert json.loads(_chat(world, b))["usage"]["completion_tokens"] > 0  # its own model, served here
     finally:
         b.stop()
 

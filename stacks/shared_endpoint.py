@@ -30,6 +30,7 @@ from stacks.load_balancer import MAX_RULE_PRIORITY, MODEL_NAMES_PER_RULE, Infere
 from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.plan import ServicePlan
+from stacks.shared_monitoring import SharedEndpointMonitoring
 
 STACK_NAME = "SharedEndpointStack"
 # Each stack behind the endpoint takes its rules' priorities from blocks of its own (its place in sharedEndpoint), so
@@ -95,6 +96,7 @@ class SharedEndpointStack(Stack):
             allowed_cidrs=options.allowed_cidrs, certificate_arn=options.certificate_arn,
         )  # fmt: skip
         self.load_balancer.share(None)  # each fleet's stack opens the route listener to its own instances
+        self.monitoring = SharedEndpointMonitoring(self, "Monitoring", name=construct_id, alb=self.load_balancer.alb)
         self._outputs()
 
     def balanced(self, stack_name: str) -> list[tuple[list[str], list[str]]]:

@@ -245,3 +245,18 @@ def test_a_shared_endpoint_refuses_to_wake_one_fleet(tmp_path, capsys):
     assert main(context, config_file=tmp_path / "absent.toml") == 1
     err = capsys.readouterr().err
     assert "sharedEndpoint" in err and "drop wakeOnRequest" in err
+
+
+def test_the_shared_stack_shows_every_fleets_traffic_and_the_load_balancers_own_errors(shared_templates):
+    """One dashboard beside each fleet's own: every metric the shared load balancer's, by its LoadBalancer name."""
+    from tests.stacks.eks.conftest import flat
+
+    shared = shared_templates[STACK_NAME]
+    (alb,) = resources(shared, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+    (dashboard,) = resources(shared, "AWS::CloudWatch::Dashboard").values()
+    assert dashboard["DashboardName"] == f"{STACK_NAME}-endpoint"
+    body = json.loads(flat(dashboard["DashboardBody"]).replace(f"<{alb}.LoadBalancerFullName>", "ALB"))
+    metrics = [m for w in body["widgets"] for m in w["properties"]["metrics"]]
+    names = {m[1] for m in metrics}
+    assert {"RequestCount", "HTTPCode_ELB_4XX_Count", "HTTPCode_ELB_5XX_Count", "TargetResponseTime"} <= names
+    assert all(m[0] == "AWS/ApplicationELB" and m[2:4] == ["LoadBalancer", "ALB"] for m in metrics), metrics

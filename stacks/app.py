@@ -184,13 +184,13 @@ def _shared_members(
         )
     members = []
     for name in options.shared_endpoint:
-        frame = built.get(name) or catalog.unlocked_frames.get(name) or _frame(files.get(name), catalog.hardware)
         if name in services:
             members.append(services[name])
-        elif frame is not None:
-            members.append(plan_service(frame, options, zones))
-        else:
+            continue
+        frame = built.get(name) or catalog.unlocked_frames.get(name) or _frame(files.get(name), catalog.hardware)
+        if frame is None:
             raise DeployOptionError(f"sharedEndpoint: {name}'s profile ({files[name]}) cannot be read; fix it first")
+        members.append(plan_service(frame, options, zones))
     return tuple(members)
 
 

@@ -35,6 +35,20 @@ def _no_fleet() -> elbv2.ListenerAction:
     )  # fmt: skip
 
 
+def model_conditions(names: list[str]) -> list[elbv2.ListenerCondition]:
+    """The X-Gateway-Model-Name conditions that match `names`: at most MODEL_NAMES_PER_RULE values each, one rule
+    per condition."""
+    return [elbv2.ListenerCondition.http_header(MODEL_HEADER, names[i : i + MODEL_NAMES_PER_RULE])
+            for i in range(0, len(names), MODEL_NAMES_PER_RULE)]  # fmt: skip
+
+
+def forward_to(groups: list[elbv2.IApplicationTargetGroup]) -> elbv2.ListenerAction:
+    """To one fleet's target group, or, for a model several fleets serve, to each of theirs with equal weight."""
+    if len(groups) == 1:
+        return elbv2.ListenerAction.forward(groups)
+    return elbv2.ListenerAction.weighted_forward([elbv2.WeightedTargetGroup(target_group=g, weight=1) for g in groups])
+
+
 def serving_group(settings: LoadBalancerSettings) -> dict:
     """A fleet's target group: HTTP (stated: CDK infers it for 80/443/8080 only, not a NodePort), the profile's
     deregistration delay, and /health (503 while the model loads, no API key needed; only 200 is healthy)."""
@@ -63,7 +77,7 @@ class InferenceLoadBalancer(Construct):
         vpc_cidr: str,
         access_logs: s3.IBucket,
         targets: list[elbv2.IApplicationLoadBalancerTarget] | None,
-        target_port: int,
+        target_port: int | None = None,
         settings: LoadBalancerSettings | None = None,
         allowed_cidrs: tuple[str, ...] = (),
         certificate_arn: str | None = None,
@@ -73,14 +87,14 @@ class InferenceLoadBalancer(Construct):
         vpc_cidr: who may call it when `allowed_cidrs` is empty.
         access_logs: the bucket the ALB writes its access logs to (prefix `alb`).
         targets: what serves behind it (the fleet's Auto Scaling group); registered on `target_port` (HTTP). None:
-            no fleet of its own (SharedEndpointStack): `target_group` is None and a request no fleet's rule takes
-            is answered 404 `model_not_found`.
+            no fleet of its own (SharedEndpointStack; no `target_port` then): `target_group` is None and a request
+            no fleet's rule takes is answered 404 `model_not_found`.
         settings: the idle timeout and the deregistration delay (a profile's [fleet]); default LoadBalancerSettings().
         allowed_cidrs: CIDRs that may call the ALB (-c allowedCidrs); default () means the VPC only.
         certificate_arn: an ACM or IAM server certificate ARN (-c certificateArn) for HTTPS on 443; default HTTP on 80.
         """
         settings = settings or LoadBalancerSettings()
-        _check_props(target_port, settings, allowed_cidrs, certificate_arn)
+        _check_props(targets, target_port, settings, allowed_cidrs, certificate_arn)
         super().__init__(scope, construct_id)
         self.port = 443 if certificate_arn else 80
         self.protocol = "https" if certificate_arn else "http"
@@ -113,7 +127,7 @@ class InferenceLoadBalancer(Construct):
             self.listener = self.alb.add_listener("Http", port=80, protocol=elbv2.ApplicationProtocol.HTTP, open=False)
         self.settings, self.vpc = settings, vpc
         self.target_group: elbv2.ApplicationTargetGroup | None = None
-        if targets is None:
+        if targets is None or target_port is None:
             self.listener.add_action("NoFleet", action=_no_fleet())
         else:
             self.target_group = self.listener.add_targets("Servers", port=target_port, targets=targets,
@@ -155,14 +169,9 @@ class InferenceLoadBalancer(Construct):
             by_fleets.setdefault(key, ([], groups))[0].append(name)
         priority = 10
         for index, (names, groups) in enumerate(by_fleets.values()):
-            weighted = [elbv2.WeightedTargetGroup(target_group=g, weight=1) for g in groups]
-            action = (
-                elbv2.ListenerAction.forward(groups)
-                if len(groups) == 1
-                else elbv2.ListenerAction.weighted_forward(weighted)
-            )
-            for i in range(0, len(names), MODEL_NAMES_PER_RULE):
-                condition = elbv2.ListenerCondition.http_header(MODEL_HEADER, names[i : i + MODEL_NAMES_PER_RULE])
+            action = forward_to(groups)
+            for n, condition in enumerate(model_conditions(names)):
+                i = n * MODEL_NAMES_PER_RULE  # the rule's first name (its construct id, as deployed)
                 for listener, tag in ((self.listener, "Named"), (self.routes, "Routed")):
                     listener.add_action(f"{tag}{index}x{i}", priority=priority, conditions=[condition], action=action)
                 priority += 1
@@ -178,10 +187,13 @@ class InferenceLoadBalancer(Construct):
 
 
 def _check_props(
-    target_port: int, settings: LoadBalancerSettings, allowed_cidrs: tuple[str, ...], certificate_arn: str | None
-) -> None:
+    targets: list | None, target_port: int | None, settings: LoadBalancerSettings, allowed_cidrs: tuple[str, ...],
+    certificate_arn: str | None,
+) -> None:  # fmt: skip
     idle_timeout_s, deregistration_delay_s = settings.alb_idle_timeout_s, settings.deregistration_delay_s
-    if not 1 <= target_port <= 65535:
+    if (targets is None) != (target_port is None):
+        raise PropsError("load balancer: targets and target_port go together (none for a shared endpoint's)")
+    if target_port is not None and not 1 <= target_port <= 65535:
         raise PropsError(f"load balancer: target_port {target_port} must be 1-65535 (the fleet's serving port)")
     if not 1 <= idle_timeout_s <= MAX_IDLE_TIMEOUT_S:
         raise PropsError(

@@ -26,7 +26,7 @@ from stacks.access_logs import AccessLogs
 from stacks.api_key import ApiKey
 from stacks.checkov import CheckovAcknowledgements
 from stacks.errors import PropsError
-from stacks.load_balancer import MAX_RULE_PRIORITY, MODEL_NAMES_PER_RULE, InferenceLoadBalancer
+from stacks.load_balancer import MODEL_NAMES_PER_RULE, InferenceLoadBalancer
 from stacks.nag import acknowledge
 from stacks.network import ServingNetwork
 from stacks.plan import ServicePlan
@@ -36,7 +36,10 @@ STACK_NAME = "SharedEndpointStack"
 # Each stack behind the endpoint takes its rules' priorities from blocks of its own (its place in sharedEndpoint), so
 # no two stacks' rules collide whichever of them deploy; the first stack's catch-all takes MAX_RULE_PRIORITY.
 RULES_PER_STACK = 100
-OWN_RULES_FROM = 20000  # the stacks' own rules come after every balanced rule (a name several stacks serve)
+# The stacks' own rules come after every balanced rule (a name several stacks serve). With the quota below, at most
+# 49 stacks fit behind one load balancer: every block stays under OWN_RULES_FROM, and the last own block under the
+# catch-all's MAX_RULE_PRIORITY (stacks/load_balancer.py).
+OWN_RULES_FROM = 20000
 # ELB: 100 rules per Application Load Balancer, default rules excluded (ELB User Guide for Application Load
 # Balancers, "Quotas for your Application Load Balancers", docs.amazonaws.cn). Each stack's names take a rule on each
 # of the two listeners per MODEL_NAMES_PER_RULE names.
@@ -77,7 +80,7 @@ class SharedEndpointStack(Stack):
         self._azs = list(first.zones)
         self.members = tuple(m.stack_name for m in members)
         self.models = {m: models.get(m, ()) for m in self.members}
-        _check_rules(self.models)
+        self._check_rules()
         acknowledge(
             self,
             "CloudFormation-Validate::W3010",
@@ -92,7 +95,7 @@ class SharedEndpointStack(Stack):
         longest = max(m.fleet.load_balancer.alb_idle_timeout_s for m in members)
         self.load_balancer = InferenceLoadBalancer(
             self, "LoadBalancer", vpc=network.vpc, vpc_cidr=self.vpc_cidr, access_logs=access_logs.bucket,
-            targets=None, target_port=1, settings=replace(first.fleet.load_balancer, alb_idle_timeout_s=longest),
+            targets=None, settings=replace(first.fleet.load_balancer, alb_idle_timeout_s=longest),
             allowed_cidrs=options.allowed_cidrs, certificate_arn=options.certificate_arn,
         )  # fmt: skip
         self.load_balancer.share(None)  # each fleet's stack opens the route listener to its own instances
@@ -144,24 +147,25 @@ class SharedEndpointStack(Stack):
             ),
         )  # fmt: skip
 
+    def _check_rules(self) -> None:
+        """Refused at synth: more rules than a stack's priority blocks hold, or than the load balancer's quota. Each
+        stack's rules, on both listeners: its own names', and the names it balances with earlier stacks."""
+
+        def rules(names: list[str] | tuple[str, ...]) -> int:
+            return 2 * -(-len(names) // MODEL_NAMES_PER_RULE)  # on the callers' listener and the route listener
+
+        counts = {s: (rules(self.models[s]), sum(rules(n) for n, _ in self.balanced(s))) for s in self.members}
+        for stack, (own, balanced) in counts.items():
+            if max(own, balanced) > RULES_PER_STACK:
+                raise PropsError(f"sharedEndpoint: {stack} serves {len(self.models[stack])} names, more rules than "
+                                 "its priority block holds")  # fmt: skip
+        total = sum(own + balanced for own, balanced in counts.values()) + 1  # the first stack's catch-all
+        if total > MAX_RULES_PER_LOAD_BALANCER:
+            raise PropsError(
+                f"sharedEndpoint: {total} listener rules, more than the {MAX_RULES_PER_LOAD_BALANCER} an Application "
+                "Load Balancer holds (ELB quotas); put fewer stacks or model aliases behind one endpoint"
+            )
+
     @property
     def availability_zones(self) -> list[str]:
         return self._azs
-
-
-def _check_rules(models: dict[str, tuple[str, ...]]) -> None:
-    """Refused at synth: more rules than one stack's priority block, or than the load balancer's quota."""
-    # each name at most twice per listener (its stack's own rule, and one balanced rule), on two listeners
-    rules = {s: 2 * 2 * -(-len(n) // MODEL_NAMES_PER_RULE) for s, n in models.items()}
-    for stack, count in rules.items():
-        if count > RULES_PER_STACK:
-            raise PropsError(f"sharedEndpoint: {stack} serves {len(models[stack])} names, more rules than its block")
-    total = sum(rules.values()) + 1  # the first stack's catch-all (an upper bound: not every name is balanced)
-    if total > MAX_RULES_PER_LOAD_BALANCER:
-        raise PropsError(
-            f"sharedEndpoint: {total} listener rules, more than the {MAX_RULES_PER_LOAD_BALANCER} an Application Load "
-            "Balancer holds (ELB quotas); put fewer stacks or model aliases behind one endpoint"
-        )
-    assert RULES_PER_STACK * (len(models) + 1) < OWN_RULES_FROM and OWN_RULES_FROM + RULES_PER_STACK * len(models) < (
-        MAX_RULE_PRIORITY
-    )

@@ -15,7 +15,7 @@ from constructs import Construct
 
 from gguf_serve.catalog.fleet import LoadBalancerSettings
 from stacks.fleet import ServingFleet
-from stacks.load_balancer import MAX_RULE_PRIORITY, MODEL_HEADER, MODEL_NAMES_PER_RULE, ROUTE_PORT, serving_group
+from stacks.load_balancer import MAX_RULE_PRIORITY, ROUTE_PORT, forward_to, model_conditions, serving_group
 from stacks.shared_endpoint import SharedEndpointStack
 
 
@@ -64,8 +64,7 @@ class SharedEndpointFleet(Construct):
         balanced, own = endpoint.priorities(stack_name)
         for names, peers in endpoint.balanced(stack_name):
             balanced = self._rules("Balanced", names, self._action(peers), balanced, routes)
-        self._rules("Own", list(endpoint.models[stack_name]), elbv2.ListenerAction.forward([self.target_group]), own,
-                    routes)  # fmt: skip
+        self._rules("Own", list(endpoint.models[stack_name]), forward_to([self.target_group]), own, routes)
         if endpoint.members[0] == stack_name:  # a request naming no fleet's model in a header: this fleet's hop
             self.listener.add_action(
                 "Default", priority=MAX_RULE_PRIORITY, conditions=[elbv2.ListenerCondition.path_patterns(["/*"])],
@@ -81,8 +80,7 @@ class SharedEndpointFleet(Construct):
         routes: elbv2.IApplicationListener,
     ) -> int:  # fmt: skip
         """Header rules for `names` on both listeners, from `priority` on; returns the next free priority."""
-        for i in range(0, len(names), MODEL_NAMES_PER_RULE):
-            condition = elbv2.ListenerCondition.http_header(MODEL_HEADER, names[i : i + MODEL_NAMES_PER_RULE])
+        for condition in model_conditions(names):
             for listener, kind in ((self.listener, "Named"), (routes, "Routed")):
                 listener.add_action(f"{tag}{kind}{priority}", priority=priority, conditions=[condition], action=action)
             priority += 1
@@ -105,5 +103,4 @@ class SharedEndpointFleet(Construct):
                     "instances to the load balancer, in its own stack",
                 )
             groups.append(imported)  # type: ignore[arg-type]
-        return elbv2.ListenerAction.weighted_forward([elbv2.WeightedTargetGroup(target_group=g, weight=1)
-                                                      for g in groups])  # fmt: skip
+        return forward_to(groups)

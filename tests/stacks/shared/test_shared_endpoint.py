@@ -260,3 +260,23 @@ def test_the_shared_stack_shows_every_fleets_traffic_and_the_load_balancers_own_
     names = {m[1] for m in metrics}
     assert {"RequestCount", "HTTPCode_ELB_4XX_Count", "HTTPCode_ELB_5XX_Count", "TargetResponseTime"} <= names
     assert all(m[0] == "AWS/ApplicationELB" and m[2:4] == ["LoadBalancer", "ALB"] for m in metrics), metrics
+
+
+def test_more_rules_than_an_application_load_balancer_holds_is_refused_at_synth(tmp_path):
+    """ELB's 100 rules per load balancer: each stack takes two per five names (both listeners), one more pair per five
+    it balances with an earlier stack, and the first stack a catch-all."""
+    import aws_cdk as cdk
+
+    from stacks.app import plan_app
+    from stacks.errors import PropsError
+    from stacks.shared_endpoint import SharedEndpointStack
+
+    plan = plan_app({**cdk_context(), **CONTEXT}, config_file=tmp_path / "absent.toml", stack_names=list(MEMBERS))
+    members = list(plan.shared)
+    fits = {m.stack_name: tuple(f"{m.stack_name}-{i}" for i in range(80)) for m in members}  # 32 rules each: 97
+    env = cdk.Environment(region="cn-northwest-1")
+    SharedEndpointStack(cdk.App(context=cdk_context()), "Fits", members=members, models=fits, env=env)
+    over = {**fits, "IntelMoeStack": (*fits["IntelMoeStack"], "one-more")}  # 34 for Intel
+    over["GpuMtpStack"] = (*fits["GpuMtpStack"], "and-one")  # 34 more: 100 and the catch-all
+    with pytest.raises(PropsError, match="101 listener rules, more than the 100"):
+        SharedEndpointStack(cdk.App(context=cdk_context()), "Over", members=members, models=over, env=env)
